@@ -1,0 +1,102 @@
+"""The DuckDB telemetry warehouse: schema, idempotent batch writes, SQL loaded from files.
+
+DuckDB lets one process hold a database file open for writing. Dagster's multiprocess
+executor runs steps in separate processes, so every access here is short: take an
+inter-process file lock, open the file, do the work, close it. Writers batch rows, so a
+probe of thousands of calls holds the lock for milliseconds at a time, and parallel steps
+(or two runs at once) queue on the lock instead of failing on DuckDB's. A Dagster
+concurrency pool of 1 would also avoid the error, but it would serialize whole steps:
+six worker partitions would probe one after another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+from filelock import FileLock
+
+from conductor_pipeline.paths import SQL_DIR
+
+WRITABLE_TABLES = ("questions", "calls", "workflows", "training_steps")
+
+
+@cache
+def load_sql(name: str) -> str:
+    """The text of `sql/<name>.sql`. Names, not strings, so SQL lives in files (DESIGN.md)."""
+    path = SQL_DIR / f"{name}.sql"
+    if not path.is_file():
+        raise FileNotFoundError(f"no SQL file named {name!r} (looked for {path})")
+    return path.read_text()
+
+
+class Warehouse:
+    """A DuckDB file plus the lock that serializes access to it across processes."""
+
+    def __init__(self, path: str | Path, *, lock_timeout_s: float = 600.0) -> None:
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._lock = FileLock(str(self.path) + ".lock", timeout=lock_timeout_s)
+        self._schema_applied = False
+
+    @contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection held under the inter-process lock; closed on exit.
+
+        Keep the body short: everyone else who wants the warehouse waits for it.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            con = duckdb.connect(str(self.path))
+            try:
+                if not self._schema_applied:
+                    con.execute(load_sql("schema"))
+                    self._schema_applied = True
+                yield con
+            finally:
+                con.close()
+
+    def insert(self, table: str, rows: Iterable[Any] | pl.DataFrame | pa.Table) -> int:
+        """Write rows (dataclasses, dicts, a polars frame or an arrow table) idempotently.
+
+        Rows whose primary key is already present are skipped; returns how many were new.
+        """
+        if table not in WRITABLE_TABLES:
+            raise ValueError(f"unknown warehouse table {table!r}; writable: {WRITABLE_TABLES}")
+        batch = _to_arrow(rows)
+        if batch.num_rows == 0:
+            return 0
+        with self.connect() as con:
+            before = con.execute(load_sql(f"count_{table}")).fetchone()[0]
+            con.register("batch", batch)
+            con.execute(load_sql(f"insert_{table}"))
+            con.unregister("batch")
+            after = con.execute(load_sql(f"count_{table}")).fetchone()[0]
+        return after - before
+
+    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
+        """Run one SELECT and return the result as a polars frame."""
+        with self.connect() as con:
+            return con.execute(sql, params).pl()
+
+    def query_file(
+        self, name: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> pl.DataFrame:
+        """Run `sql/<name>.sql` with DuckDB parameters."""
+        return self.query(load_sql(name), params)
+
+
+def _to_arrow(rows: Iterable[Any] | pl.DataFrame | pa.Table) -> pa.Table:
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, pl.DataFrame):
+        return rows.to_arrow()
+    dicts = [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r) for r in rows]
+    return pa.Table.from_pylist(dicts)

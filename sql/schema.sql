@@ -1,0 +1,88 @@
+-- The telemetry warehouse (DESIGN.md, "The telemetry warehouse").
+-- Every statement is idempotent so the schema can be applied on every connection.
+-- Primary keys make writes idempotent: a rerun after a crash inserts OR IGNOREs by key.
+
+CREATE TABLE IF NOT EXISTS questions (
+    question_id VARCHAR PRIMARY KEY,  -- MATH unique_id or gsm8k:<split>:<line>
+    corpus      VARCHAR NOT NULL,     -- math | gsm8k
+    split       VARCHAR NOT NULL,     -- the source's own split: train | test
+    problem     VARCHAR NOT NULL,
+    answer      VARCHAR NOT NULL,
+    subject     VARCHAR,
+    level       INTEGER,
+    in_math500  BOOLEAN NOT NULL DEFAULT FALSE
+);
+
+CREATE TABLE IF NOT EXISTS calls (
+    call_id           VARCHAR PRIMARY KEY,
+    run_id            VARCHAR NOT NULL,
+    kind              VARCHAR NOT NULL,  -- probe | step | conductor
+    question_id       VARCHAR NOT NULL,
+    worker            VARCHAR NOT NULL,
+    sample            INTEGER NOT NULL,
+    subtask           VARCHAR,
+    response          VARCHAR,
+    extracted_answer  VARCHAR,
+    correct           BOOLEAN,           -- NULL when the status is not scored
+    status            VARCHAR NOT NULL,  -- ok | truncated | empty | transient | terminal | not_recorded
+    error             VARCHAR,
+    prompt_tokens     INTEGER,
+    completion_tokens INTEGER,
+    cost_usd          DOUBLE,
+    latency_s         DOUBLE,
+    started_at        TIMESTAMP,
+    pool              VARCHAR,
+    workflow_id       VARCHAR,
+    step              INTEGER,
+    reasoning_tokens  INTEGER,
+    tokens_estimated  BOOLEAN DEFAULT FALSE,
+    finish_reason     VARCHAR,
+    attempts          INTEGER DEFAULT 1
+);
+
+CREATE TABLE IF NOT EXISTS workflows (
+    workflow_id   VARCHAR PRIMARY KEY,
+    run_id        VARCHAR NOT NULL,
+    question_id   VARCHAR NOT NULL,
+    conductor     VARCHAR NOT NULL,
+    raw_text      VARCHAR,
+    parse_code    VARCHAR NOT NULL,  -- ok or a workflow failure code
+    n_steps       INTEGER NOT NULL,
+    workers       VARCHAR[],
+    final_answer  VARCHAR,
+    correct       BOOLEAN,
+    cost_usd      DOUBLE,
+    latency_s     DOUBLE,
+    arm           VARCHAR,
+    repeat        INTEGER DEFAULT 0,
+    infra_failure BOOLEAN DEFAULT FALSE
+);
+
+CREATE TABLE IF NOT EXISTS training_steps (
+    run_id             VARCHAR NOT NULL,
+    step               INTEGER NOT NULL,
+    phase              VARCHAR,  -- sft | probe | grpo
+    reward_mean        DOUBLE,
+    reward_std         DOUBLE,
+    frac_zero_std      DOUBLE,
+    parse_fail_rate    DOUBLE,
+    parse_codes        JSON,     -- {"no_workflow": 3, ...}
+    group_size         INTEGER,
+    completion_length  DOUBLE,
+    loss               DOUBLE,
+    learning_rate      DOUBLE,
+    infra_excluded     DOUBLE,   -- share of rollouts excluded as infrastructure failures
+    logged_at          TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, step)
+);
+
+-- One row per question x worker: the majority verdict of that worker's scored probe samples
+-- (strictly more than half correct; a tie counts as not solved). The oracle SQL reads this.
+CREATE OR REPLACE VIEW outcomes AS
+SELECT
+    question_id,
+    worker,
+    2 * count_if(correct) > count(*) AS correct
+FROM calls
+WHERE kind = 'probe' AND correct IS NOT NULL
+GROUP BY question_id, worker;

@@ -1,0 +1,1 @@
+"""Dagster resources: thin, typed wrappers that build `conductor_pipeline` objects from configuration."""

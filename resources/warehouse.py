@@ -1,0 +1,38 @@
+"""The warehouse resource: dagster-duckdb's resource, with the library's lock and schema."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import duckdb
+from dagster_duckdb import DuckDBResource
+from pydantic import Field
+
+from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.warehouse import Warehouse
+
+DEFAULT_WAREHOUSE_PATH = os.environ.get(
+    "CORYPHAEUS_WAREHOUSE", str(ARTIFACTS_DIR / "warehouse.duckdb")
+)
+
+
+class WarehouseResource(DuckDBResource):
+    """The telemetry warehouse (a DuckDB file).
+
+    `get_connection()` keeps dagster-duckdb's contract, but every connection is taken under
+    the warehouse's inter-process lock, so parallel steps queue instead of failing on DuckDB's
+    single-writer lock. Assets use `get_warehouse()` for the library's batch writes and SQL files.
+    """
+
+    database: str = Field(DEFAULT_WAREHOUSE_PATH, description="Path of the DuckDB file")
+    lock_timeout_s: float = Field(600.0, description="How long a step waits for the warehouse lock")
+
+    def get_warehouse(self) -> Warehouse:
+        return Warehouse(self.database, lock_timeout_s=self.lock_timeout_s)
+
+    @contextmanager
+    def get_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.get_warehouse().connect() as con:
+            yield con

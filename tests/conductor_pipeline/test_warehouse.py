@@ -1,0 +1,98 @@
+"""The warehouse: schema, idempotent writes by key, and several processes writing at once."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from datetime import datetime
+
+import pytest
+
+from conductor_pipeline.records import CallRecord, Question
+from conductor_pipeline.warehouse import Warehouse, load_sql
+
+
+def make_call(i: int, *, worker: str = "w", correct: bool | None = True, kind: str = "probe") -> CallRecord:
+    return CallRecord(
+        call_id=f"c{i}-{worker}",
+        run_id="run",
+        kind=kind,
+        question_id=f"q{i % 7}",
+        worker=worker,
+        sample=i,
+        subtask=None,
+        response="\\boxed{1}",
+        extracted_answer="1",
+        correct=correct,
+        status="ok" if correct is not None else "transient",
+        error=None,
+        prompt_tokens=10,
+        completion_tokens=5,
+        cost_usd=0.0,
+        latency_s=0.1,
+        started_at=datetime(2026, 1, 1),
+    )
+
+
+def test_schema_has_the_contract_relations(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    with wh.connect() as con:
+        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"questions", "calls", "workflows", "training_steps", "outcomes"} <= names
+
+
+def test_insert_is_idempotent_by_key(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    calls = [make_call(i) for i in range(50)]
+    assert wh.insert("calls", calls) == 50
+    assert wh.insert("calls", calls[:20] + [make_call(50)]) == 1
+    assert wh.query("SELECT count(*) AS n FROM calls")["n"][0] == 51
+
+
+def test_questions_round_trip(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    q = Question("test/algebra/1.json", "math", "test", "1+1?", "2", "Algebra", 1, True)
+    wh.insert("questions", [q, q])
+    row = wh.query("SELECT * FROM questions").row(0, named=True)
+    assert row["question_id"] == "test/algebra/1.json" and row["level"] == 1 and row["in_math500"]
+
+
+def test_outcomes_view_is_the_majority_of_scored_samples(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    rows = []
+    # q0 x a: 2 of 3 correct -> solved; q0 x b: 1 of 2 -> a tie is not solved; unscored rows ignored.
+    for sample, correct in enumerate([True, True, False]):
+        rows.append(make_call(0, worker="a", correct=correct))
+        rows[-1].call_id, rows[-1].sample, rows[-1].question_id = f"a{sample}", sample, "q0"
+    for sample, correct in enumerate([True, False, None]):
+        rows.append(make_call(0, worker="b", correct=correct))
+        rows[-1].call_id, rows[-1].sample, rows[-1].question_id = f"b{sample}", sample, "q0"
+    wh.insert("calls", rows)
+    outcomes = dict(wh.query("SELECT worker, correct FROM outcomes ORDER BY worker").iter_rows())
+    assert outcomes == {"a": True, "b": False}
+
+
+def test_unknown_table_and_unknown_sql_file_are_refused(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    with pytest.raises(ValueError, match="unknown warehouse table"):
+        wh.insert("calls; DROP TABLE calls", [])
+    with pytest.raises(FileNotFoundError, match="no SQL file"):
+        load_sql("does_not_exist")
+
+
+def _write_many(path: str, worker: str, n: int, batch: int) -> None:
+    wh = Warehouse(path)
+    for start in range(0, n, batch):
+        wh.insert("calls", [make_call(i, worker=worker) for i in range(start, start + batch)])
+
+
+def test_parallel_processes_never_fail_on_the_duckdb_lock(tmp_path):
+    path = str(tmp_path / "w.duckdb")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_write_many, args=(path, f"w{k}", 400, 20)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    counts = Warehouse(path).query("SELECT worker, count(*) AS n FROM calls GROUP BY worker ORDER BY worker")
+    assert counts["n"].to_list() == [400] * 4

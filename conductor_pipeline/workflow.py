@@ -1,0 +1,488 @@
+"""The conductor's workflow: a strict parser with named failure codes, and its renderer.
+
+A workflow is up to `max_steps` steps run in order; each names a worker, gives it a subtask, and
+says which earlier steps' outputs it may read. The parser accepts the Conductor paper's three
+lists (``model_id = [...]``, ``subtasks = [...]``, ``access_list = [...]``) and a JSON form
+(``{"steps": [{"worker", "subtask", "sees"}]}`` or an object with the three list keys), anywhere
+in the text, fenced or bare; free reasoning may come first and the LAST block counts.
+
+Why strict: under RL the policy must feel every formatting error, so nothing is repaired (no
+trailing-comma or quote fixing in JSON, no fuzzy worker names), and every failure carries one of
+`PARSE_CODES`, which are first-class metrics in eval tables and training steps.
+
+How the text is read, and why it is safe on untrusted model output:
+- Nothing is evaluated. JSON goes through `json` (C decoder); the three-list form is read by a
+  small iterative decoder for a *subset* of Python literals: lists, integers and single-line
+  quoted strings (single or double quotes, Python escapes, no prefixes, no triple quotes, no
+  implicit concatenation), with comments and trailing commas as Python allows them. Trailing
+  commas are legal Python, so accepting them there is not a repair; in JSON they are an error.
+  Only the literal after `model_id =` is read: the text after it (a comment, prose, or even an
+  operator) is not part of the block. `ast.literal_eval` is avoided: it builds a full AST (slow, recursion-bound on deep input) and
+  accepts far more than a workflow needs.
+- Work is linear in the text: candidate blocks are found by one regex scan, each block is decoded
+  once, and the scan resumes after it. A literal that never closes swallows the rest of the text
+  (it is the last block, and fails to decode). The Python-literal decoder keeps an explicit stack,
+  so nesting depth cannot exhaust the interpreter's recursion limit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import reprlib
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+# --- failure codes -----------------------------------------------------------------------------
+
+PARSE_OK = "ok"
+PARSE_CODES: tuple[str, ...] = (
+    "no_workflow",  # no workflow block anywhere in the text
+    "json_decode",  # a block that does not decode (JSON, or the Python-literal subset)
+    "schema",  # decodes, but wrong shape or types (missing/extra keys, non-string subtask, ...)
+    "length_mismatch",  # the three lists differ in length
+    "empty",  # zero steps (allowed only with allow_empty=True, the recursion pass-through)
+    "too_many_steps",  # more than max_steps steps
+    "unknown_worker",  # a name not in the pool, or an index out of range
+    "forward_dep",  # a step sees itself or a later step
+    "empty_subtask",  # a subtask that is empty or only whitespace
+)
+
+DEFAULT_MAX_STEPS = 5  # the paper's cap on workflow length
+LIST_KEYS: tuple[str, str, str] = ("model_id", "subtasks", "access_list")
+STEP_KEYS = frozenset({"worker", "subtask", "sees"})
+ALL = "all"  # access entry meaning "every earlier step"
+
+
+class WorkflowParseError(ValueError):
+    """A workflow that cannot be used; `.code` is one of `PARSE_CODES`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in PARSE_CODES:
+            raise ValueError(f"unknown parse code {code!r}")
+        # Both in args, so the error pickles across processes (Dagster's multiprocess executor).
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+# --- the parsed workflow ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step: `worker` (a pool name), its `subtask`, and the 0-based earlier steps it `sees`."""
+
+    worker: str
+    subtask: str
+    sees: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """Steps run in order; the last step's answer is the workflow's answer.
+
+    Zero steps only come from `parse_workflow(..., allow_empty=True)`: the recursion pass-through.
+    """
+
+    steps: tuple[Step, ...]
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The worker of each step, in order (repeats kept)."""
+        return tuple(step.worker for step in self.steps)
+
+
+# --- locating blocks -------------------------------------------------------------------------
+
+# A JSON block starts with "{" whose first key is a workflow key; a list block is an assignment
+# `model_id = [` not preceded by a word character or dot (so `my_model_id = [` does not count).
+_CANDIDATE = re.compile(
+    r'(?P<json>\{\s*"(?:steps|model_id|subtasks|access_list)"\s*:)'
+    r"|(?<![\w.])(?P<name>model_id|subtasks|access_list)\s*=\s*(?=\[)"
+)
+# For a block that failed to decode: find where it ends, skipping quoted strings. Strings are
+# scanned left to right once; an unclosed string or bracket means the block runs to the end.
+_BRACKET_OR_QUOTE = re.compile(r"[\[\]{}\"']")
+_STRING_REST = {
+    '"': re.compile(r'(?:[^"\\]++|\\[\s\S])*+"'),
+    "'": re.compile(r"(?:[^'\\]++|\\[\s\S])*+'"),
+}
+
+
+def _block_end(text: str, start: int) -> int:
+    """End of the bracketed block opening at `start`: where its brackets balance or a closing
+    bracket of the wrong kind appears; len(text) if it never closes."""
+    open_brackets: list[str] = []
+    pos = start
+    while True:
+        match = _BRACKET_OR_QUOTE.search(text, pos)
+        if match is None:
+            return len(text)
+        char = match.group()
+        pos = match.end()
+        if char in "\"'":
+            rest = _STRING_REST[char].match(text, pos)
+            if rest is None:
+                return len(text)
+            pos = rest.end()
+        elif char in "[{":
+            open_brackets.append("]" if char == "[" else "}")
+        elif not open_brackets or open_brackets.pop() != char or not open_brackets:
+            return pos
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """JSON silently keeps the last of repeated keys; a strict parser refuses them instead."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        repeated = sorted(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise _DuplicateKeyError(repeated)
+    return result
+
+
+_JSON_OBJECTS = json.JSONDecoder(object_pairs_hook=_reject_duplicate_keys)
+_JSON_VALUES = json.JSONDecoder()
+
+# --- the Python-literal subset ---------------------------------------------------------------
+
+_OPEN, _CLOSE, _COMMA, _SINGLE, _DOUBLE, _INT = range(1, 7)
+_PY_TOKEN = re.compile(
+    r"(?:[ \t\r\n\f]|\#[^\r\n]*)*+"  # whitespace and comments between tokens (implicit line joining)
+    r"(?:(\[)|(\])|(,)"
+    r"|'((?:[^'\\\r\n]|\\(?:\r\n|[\s\S]))*+)'"
+    r'|"((?:[^"\\\r\n]|\\(?:\r\n|[\s\S]))*+)"'
+    r"|(-?(?:0(?:_?0)*|[1-9](?:_?[0-9])*))(?![\w.]))"
+)
+_PY_ESCAPE = re.compile(
+    r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|N\{([^}\r\n]*)\}|([0-7]{1,3})|(\r\n|[\s\S]))"
+)
+_SIMPLE_ESCAPES = {
+    "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+    "t": "\t", "v": "\v", "\n": "", "\r\n": "", "\r": "",
+}  # fmt: skip
+
+
+class _LiteralError(ValueError):
+    pass
+
+
+def _unescape_python(match: re.Match[str]) -> str:
+    hex2, hex4, hex8, name, octal, other = match.groups()
+    if hex2 or hex4 or hex8:
+        code = int(hex2 or hex4 or hex8, 16)
+        if code > 0x10FFFF:
+            raise _LiteralError("\\U escape out of range")
+        return chr(code)
+    if name is not None:
+        try:
+            return unicodedata.lookup(name)
+        except KeyError:
+            raise _LiteralError(f"unknown character name {name!r}") from None
+    if octal:
+        return chr(int(octal, 8))
+    if other in "xuUN":  # truncated \x, \u, \U or \N escape: a SyntaxError in Python
+        raise _LiteralError(f"malformed \\{other} escape")
+    return _SIMPLE_ESCAPES.get(other, "\\" + other)  # unknown escapes keep the backslash, as Python does
+
+
+def _python_string(body: str) -> str:
+    return _PY_ESCAPE.sub(_unescape_python, body) if "\\" in body else body
+
+
+def _decode_python_list(text: str, start: int) -> tuple[list, int]:
+    """Decode the list literal opening at text[start] ("["); returns (value, end)."""
+    stack: list[list] = []
+    expecting_value = True  # after "[" or ",": a value or "]" may come; after a value: "," or "]"
+    pos = start
+    while True:
+        match = _PY_TOKEN.match(text, pos)
+        if match is None:
+            raise _LiteralError(f"unexpected text at offset {pos - start} of the literal")
+        pos = match.end()
+        kind = match.lastindex
+        if kind == _OPEN:
+            if not expecting_value:
+                raise _LiteralError("missing comma before '['")
+            new: list = []
+            if stack:
+                stack[-1].append(new)
+            stack.append(new)
+            expecting_value = True
+        elif kind == _CLOSE:
+            if not stack:
+                raise _LiteralError("unbalanced ']'")
+            finished = stack.pop()
+            if not stack:
+                return finished, pos
+            expecting_value = False
+        elif kind == _COMMA:
+            if expecting_value:
+                raise _LiteralError("',' where a value belongs")
+            expecting_value = True
+        else:
+            if not expecting_value:
+                raise _LiteralError("missing comma between values")
+            if not stack:
+                raise _LiteralError("a value outside the list")
+            if kind == _INT:
+                try:
+                    value: object = int(match.group(_INT).replace("_", ""))
+                except ValueError:  # beyond the interpreter's int-string digit limit
+                    raise _LiteralError("integer too long") from None
+            else:
+                value = _python_string(match.group(kind))
+            stack[-1].append(value)
+            expecting_value = False
+
+
+def _only_plain_values(value: object) -> bool:
+    """True if a JSON-decoded value holds only lists, strings and ints (no bool/None/float)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if type(item) is list:
+            pending.extend(item)
+        elif type(item) is not str and type(item) is not int:
+            return False
+    return True
+
+
+def _decode_list_literal(text: str, start: int) -> tuple[list, int]:
+    """The three-list form's value. JSON's C decoder serves as a fast path when its result is
+    certainly what the Python reading gives (no escapes, no JSON-only literals)."""
+    try:
+        value, end = _JSON_VALUES.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        pass
+    else:
+        if "\\" not in text[start:end] and _only_plain_values(value):
+            return value, end
+    return _decode_python_list(text, start)
+
+
+# --- the last block --------------------------------------------------------------------------
+
+# The last block found: ("json", value) | ("lists", {name: value}) | ("error", code, message)
+_Block = tuple
+
+
+def _last_block(text: str) -> _Block | None:
+    """Scan the text once, decoding each candidate; the one that starts last wins.
+
+    For the three-list form, the last assignment of each name counts, so reasoning that mentions
+    an earlier draft (`model_id = [1]`) before the final lists does not interfere.
+    """
+    last: _Block | None = None
+    assignments: dict[str, object] = {}
+    pos = 0
+    while True:
+        match = _CANDIDATE.search(text, pos)
+        if match is None:
+            return last
+        if match.group("json") is not None:
+            start = match.start()
+            assignments = {}  # a JSON block closes any three-list group before it
+            try:
+                value, end = _JSON_OBJECTS.raw_decode(text, start)
+                last = ("json", value)
+            except _DuplicateKeyError as exc:
+                end = _block_end(text, start)
+                last = ("error", "schema", f"repeated JSON keys {exc.args[0]}")
+            except RecursionError:
+                end = _block_end(text, start)
+                last = ("error", "schema", "JSON nested deeper than any workflow")
+            except ValueError as exc:
+                end = _block_end(text, start)
+                last = ("error", "json_decode", f"JSON block does not decode: {exc}")
+        else:
+            name = match.group("name")
+            start = match.end()
+            try:
+                value, end = _decode_list_literal(text, start)
+                assignments[name] = value
+            except _LiteralError as exc:
+                end = _block_end(text, start)
+                assignments[name] = _LiteralError(str(exc))
+            last = ("lists", assignments)
+        pos = max(end, match.end())
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def _fail(code: str, message: str) -> WorkflowParseError:
+    return WorkflowParseError(code, message)
+
+
+def _lists_from_block(block: _Block) -> tuple[list, list, list]:
+    kind = block[0]
+    if kind == "error":
+        raise _fail(block[1], block[2])
+    if kind == "lists":
+        assignments = block[1]
+        for name in LIST_KEYS:
+            value = assignments.get(name)
+            if isinstance(value, _LiteralError):
+                raise _fail("json_decode", f"`{name}` does not decode: {value}")
+        missing = [name for name in LIST_KEYS if name not in assignments]
+        if missing:
+            raise _fail("schema", f"missing list(s) {missing}; need model_id, subtasks and access_list")
+        return assignments["model_id"], assignments["subtasks"], assignments["access_list"]
+    value = block[1]
+    if not isinstance(value, dict):  # pragma: no cover - the candidate regex only matches objects
+        raise _fail("schema", "a workflow block must be a JSON object")
+    if "steps" in value:
+        if len(value) != 1:
+            raise _fail("schema", f"a steps object has only the key 'steps'; got {sorted(value)}")
+        steps = value["steps"]
+        if type(steps) is not list:
+            raise _fail("schema", "'steps' must be a list")
+        workers, subtasks, access = [], [], []
+        for index, step in enumerate(steps):
+            if type(step) is not dict or step.keys() != STEP_KEYS:
+                got = sorted(step) if type(step) is dict else type(step).__name__
+                raise _fail("schema", f"step {index} must be an object with keys worker, subtask, sees; got {got}")
+            workers.append(step["worker"])
+            subtasks.append(step["subtask"])
+            access.append(step["sees"])
+        return workers, subtasks, access
+    if value.keys() != set(LIST_KEYS):
+        raise _fail("schema", f"a list object has exactly the keys {list(LIST_KEYS)}; got {sorted(value)}")
+    return value["model_id"], value["subtasks"], value["access_list"]
+
+
+def _check_types(workers: object, subtasks: object, access: object) -> None:
+    for name, value in zip(LIST_KEYS, (workers, subtasks, access), strict=True):
+        if type(value) is not list:
+            raise _fail("schema", f"`{name}` must be a list, got {type(value).__name__}")
+    for index, worker in enumerate(workers):  # type: ignore[arg-type]
+        if type(worker) is not str and type(worker) is not int:
+            raise _fail("schema", f"worker of step {index} must be a name or an index, got {type(worker).__name__}")
+    for index, subtask in enumerate(subtasks):  # type: ignore[arg-type]
+        if type(subtask) is not str:
+            raise _fail("schema", f"subtask of step {index} must be a string, got {type(subtask).__name__}")
+    for index, entry in enumerate(access):  # type: ignore[arg-type]
+        if entry == ALL or entry == [ALL]:
+            continue
+        if type(entry) is not list or not all(type(i) is int and i >= 0 for i in entry):
+            raise _fail(
+                "schema", f'access entry of step {index} must be "all", ["all"] or a list of step indices; got {reprlib.repr(entry)}'
+            )
+
+
+def _resolve_worker(worker: str | int, workers: Sequence[str], index: int) -> str:
+    if type(worker) is int:
+        if 0 <= worker < len(workers):
+            return workers[worker]
+        raise _fail("unknown_worker", f"step {index}: worker index {worker} outside 0..{len(workers) - 1}")
+    if worker in workers:
+        return worker  # type: ignore[return-value]
+    raise _fail("unknown_worker", f"step {index}: no worker named {worker!r}")
+
+
+def parse_workflow(
+    text: str,
+    workers: Sequence[str],
+    *,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    allow_empty: bool = False,
+) -> Workflow:
+    """Parse the last workflow block in `text`; raise `WorkflowParseError` with a code otherwise.
+
+    `workers` are the names the conductor was shown (exact, case-sensitive); an integer is an index
+    into them. `allow_empty` accepts zero steps: the recursion prompt's "pass the answer through".
+    Codes are checked in the order of `PARSE_CODES`, so a workflow with several faults reports the
+    first (e.g. a length mismatch before an unknown worker).
+    """
+    block = _last_block(text)
+    if block is None:
+        raise _fail("no_workflow", "no model_id/subtasks/access_list lists and no JSON workflow object")
+    raw_workers, raw_subtasks, raw_access = _lists_from_block(block)
+    _check_types(raw_workers, raw_subtasks, raw_access)
+    lengths = (len(raw_workers), len(raw_subtasks), len(raw_access))
+    if len(set(lengths)) != 1:
+        raise _fail("length_mismatch", f"model_id, subtasks, access_list have lengths {lengths}")
+    n_steps = lengths[0]
+    if n_steps == 0 and not allow_empty:
+        raise _fail("empty", "the workflow has no steps")
+    if n_steps > max_steps:
+        raise _fail("too_many_steps", f"{n_steps} steps; at most {max_steps}")
+    names = [_resolve_worker(worker, workers, index) for index, worker in enumerate(raw_workers)]
+    for index, subtask in enumerate(raw_subtasks):
+        if not subtask.strip():
+            raise _fail("empty_subtask", f"step {index} has an empty subtask")
+    steps = []
+    for index, entry in enumerate(raw_access):
+        if entry == ALL or entry == [ALL]:
+            sees = tuple(range(index))
+        else:
+            late = [i for i in entry if i >= index]
+            if late:
+                raise _fail("forward_dep", f"step {index} sees step(s) {late}; only earlier steps may be seen")
+            sees = tuple(sorted(set(entry)))  # canonical order: what a step sees is a set
+        steps.append(Step(names[index], raw_subtasks[index], sees))
+    return Workflow(tuple(steps))
+
+
+def parse_code(text: str, workers: Sequence[str], *, max_steps: int = DEFAULT_MAX_STEPS) -> str:
+    """`"ok"` or the failure code: what the reward and the eval tables record."""
+    try:
+        parse_workflow(text, workers, max_steps=max_steps)
+    except WorkflowParseError as exc:
+        return exc.code
+    return PARSE_OK
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+
+def _sees_value(step_index: int, sees: tuple[int, ...]) -> str | list[int]:
+    """The paper writes "all" or []; other subsets are written as index lists."""
+    if step_index > 0 and sees == tuple(range(step_index)):
+        return ALL
+    return list(sees)
+
+
+def render_workflow(
+    workflow: Workflow,
+    workers: Sequence[str],
+    *,
+    form: Literal["lists", "json"] = "lists",
+    by_index: bool = False,
+) -> str:
+    """The text a conductor should write for `workflow`: prompt examples and SFT targets use it.
+
+    `workers` are the displayed names; `by_index` writes each worker as its index (the paper's
+    `model_id = [0, 2]`). Output round-trips: `parse_workflow(render_workflow(w, ws), ws) == w`.
+    """
+    ids: list[str | int] = []
+    for step in workflow.steps:
+        if step.worker not in workers:
+            raise ValueError(f"worker {step.worker!r} is not among the displayed workers {list(workers)}")
+        ids.append(list(workers).index(step.worker) if by_index else step.worker)
+    access = [_sees_value(i, step.sees) for i, step in enumerate(workflow.steps)]
+    subtasks = [step.subtask for step in workflow.steps]
+    if form == "json":
+        steps = [
+            {"worker": worker, "subtask": subtask, "sees": sees}
+            for worker, subtask, sees in zip(ids, subtasks, access, strict=True)
+        ]
+        return json.dumps({"steps": steps}, ensure_ascii=False, indent=2)
+    if form != "lists":
+        raise ValueError(f"form must be 'lists' or 'json', got {form!r}")
+    # JSON text of lists, ints and strings is also a Python literal with the same value.
+    return "\n".join(
+        f"{name} = {json.dumps(value, ensure_ascii=False)}"
+        for name, value in zip(LIST_KEYS, (ids, subtasks, access), strict=True)
+    )

@@ -196,11 +196,10 @@ def _download(source: DataSource, cache_root: Path) -> Path:
             progressbar=False,
         )
     except ValueError as exc:
-        # pooch deletes a download whose hash differs and says so in a ValueError.
-        mismatch = _POOCH_MISMATCH.search(str(exc))
+        # pooch deletes a download whose hash differs and says so (with the hash) in a ValueError.
         if "hash" not in str(exc):
             raise
-        raise DataIntegrityError(
-            source.url, source.sha256, mismatch.group(1) if mismatch else None
-        ) from exc
+        mismatch = _POOCH_MISMATCH.search(str(exc))
+        actual = mismatch.group(1) if mismatch else None
+        raise DataIntegrityError(source.url, source.sha256, actual) from exc
     return verify_file(fetched, source)  # fills the memo; pooch has already checked the bytes

@@ -1,0 +1,473 @@
+"""Evaluation: a fixed eval slice, arms run through the orchestrator, and the tables they give.
+
+The eval slice is the first N questions of the chosen corpus that fall in the EVAL side of the
+project's hashed split, ordered by `question_id` (a function of the id set alone: the order of
+rows in a corpus file or a warehouse table never moves a question in or out). Sorting MATH ids
+groups subjects (`test/algebra/...` first), so a slice shorter than the eval split is
+subject-skewed; `order="hashed"` takes a subject-mixed slice instead.
+
+Every arm (each worker solo, each baseline router, each conductor) runs on the same slice,
+r times. Arms are scored only on questions every arm reached (no infrastructure failure in any
+arm or repeat), reported as the mean over repeats with its standard error. The planned slice
+size is recorded, and a run that stopped early says so next to its n; the running gap to the
+best single worker at every 25-question boundary from n=50 shows whether a gap is still moving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import duckdb
+import polars as pl
+
+from conductor_pipeline.orchestrator import Orchestrator, one_step_workflow, workflow_key
+from conductor_pipeline.policies import ConductorPolicy, PolicyError
+from conductor_pipeline.prompt import build_conductor_prompt
+from conductor_pipeline.records import Question, WorkflowRecord, stable_id
+from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
+from conductor_pipeline.warehouse import load_sql
+from conductor_pipeline.workflow import Workflow
+
+DEFAULT_SLICE_SIZE = 400  # the issue's default: first 400 eval-split questions of the corpus
+GAP_FIRST_N = 50  # below 50 questions a gap is mostly noise: the running gap starts here
+GAP_EVERY_N = 25
+Z_95 = 1.959963984540054
+# Workflows in flight at once per evaluation; the governor bounds the calls, this bounds memory.
+DEFAULT_MAX_CONCURRENT_WORKFLOWS = 64
+_LEAKS_SHOWN = 5
+
+SliceOrder = Literal["question_id", "hashed"]
+
+
+# ---------------------------------------------------------------------- the slice and the leak check
+
+
+@dataclass(frozen=True)
+class EvalSlice:
+    """The questions an evaluation runs on, in order, with what it takes to reproduce them."""
+
+    question_ids: tuple[str, ...]
+    planned_size: int
+    split_fingerprint: str
+    order: SliceOrder = "question_id"
+
+    @property
+    def size(self) -> int:
+        return len(self.question_ids)
+
+
+def eval_slice(
+    question_ids: Iterable[str], size: int = DEFAULT_SLICE_SIZE, *, order: SliceOrder = "question_id"
+) -> EvalSlice:
+    """The first `size` eval-split ids (train-split ids are never taken, whatever is passed)."""
+    if size <= 0:
+        raise ValueError(f"slice size must be positive, got {size}")
+    eligible = {qid for qid in question_ids if split_of(qid) == "eval"}
+    key = (lambda qid: hashlib.sha256(f"eval-order\x1f{qid}".encode()).hexdigest()) if order == "hashed" else None
+    ordered = sorted(eligible, key=key)
+    return EvalSlice(tuple(ordered[:size]), planned_size=size, split_fingerprint=split_fingerprint(), order=order)
+
+
+def find_leaks(
+    eval_ids: Iterable[str],
+    *,
+    training_ids: Iterable[str] = (),
+    calibration_ids: Iterable[str] = (),
+) -> dict[str, list[str]]:
+    """Eval ids that were also used for training or calibration, or that sit on the train side."""
+    evaluated = set(eval_ids)
+    return {
+        "training": sorted(evaluated & set(training_ids)),
+        "calibration": sorted(evaluated & set(calibration_ids)),
+        "train_split": sorted(qid for qid in evaluated if split_of(qid) != "eval"),
+    }
+
+
+def assert_no_leak(
+    eval_ids: Iterable[str], *, training_ids: Iterable[str] = (), calibration_ids: Iterable[str] = ()
+) -> None:
+    """Raise SplitLeakError naming a few leaked ids per kind of leak."""
+    leaks = find_leaks(eval_ids, training_ids=training_ids, calibration_ids=calibration_ids)
+    problems = [
+        f"{len(ids)} eval question(s) also in {kind}: {', '.join(ids[:_LEAKS_SHOWN])}"
+        + (" ..." if len(ids) > _LEAKS_SHOWN else "")
+        for kind, ids in leaks.items()
+        if ids
+    ]
+    if problems:
+        raise SplitLeakError("; ".join(problems))
+
+
+# ---------------------------------------------------------------------- arms
+
+
+class Router(Protocol):
+    name: str
+
+    def route(self, question: Question, repeat: int = 0) -> Workflow: ...
+
+
+class Arm(Protocol):
+    """One row of the arm table: something that answers a question through the orchestrator."""
+
+    name: str
+
+    async def answer(
+        self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int
+    ) -> WorkflowRecord: ...
+
+
+@dataclass(frozen=True)
+class SoloArm:
+    """One worker alone: a one-step workflow with the question as the subtask."""
+
+    worker: str
+
+    @property
+    def name(self) -> str:
+        return f"solo:{self.worker}"
+
+    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
+        return await orchestrator.execute(
+            question, one_step_workflow(self.worker, question), run_id=run_id,
+            conductor_name=self.name, arm=self.name, repeat=repeat,
+        )
+
+
+@dataclass(frozen=True)
+class RouterArm:
+    """A model-free baseline router; its one-step workflow runs like any other."""
+
+    router: Router
+
+    @property
+    def name(self) -> str:
+        return self.router.name
+
+    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
+        return await orchestrator.execute(
+            question, self.router.route(question, repeat), run_id=run_id,
+            conductor_name=self.name, arm=self.name, repeat=repeat,
+        )
+
+
+@dataclass(frozen=True)
+class ConductorArm:
+    """A conductor policy: prompt -> workflow text -> orchestrator."""
+
+    label: str
+    policy: ConductorPolicy
+    naming: str = "ordinal"
+    examples: Sequence[object] = ()
+    temperature: float = 1.0
+    max_new_tokens: int = 1024
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"conductor:{self.label}"
+
+    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
+        messages = build_conductor_prompt(
+            question, orchestrator.catalogue(), naming=self.naming, examples=list(self.examples)
+        )
+        seed = int(stable_id(self.seed, question.question_id, repeat)[:8], 16)
+        try:
+            (output,) = await self.policy.propose(
+                messages, n=1, temperature=self.temperature, max_new_tokens=self.max_new_tokens, seed=seed
+            )
+        except PolicyError as exc:
+            return await orchestrator.record_not_run(
+                question, conductor_name=self.name, run_id=run_id, arm=self.name, repeat=repeat, error=str(exc)
+            )
+        return await orchestrator.run_workflow_text(
+            question, output.text, conductor_name=self.name, run_id=run_id, arm=self.name, repeat=repeat,
+            conductor_output=output,
+        )
+
+
+async def run_arm(
+    orchestrator: Orchestrator,
+    arm: Arm,
+    questions: Sequence[Question],
+    *,
+    run_id: str,
+    repeats: int = 1,
+    skip_workflow_ids: frozenset[str] = frozenset(),
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT_WORKFLOWS,
+) -> list[WorkflowRecord]:
+    """Every (question, repeat) of one arm, concurrently; already recorded workflows are skipped.
+
+    Skipping by workflow id makes a rerun after a crash continue where it stopped.
+    """
+    gate = asyncio.Semaphore(max_concurrent)
+
+    async def one(question: Question, repeat: int) -> WorkflowRecord | None:
+        if workflow_key(run_id, arm.name, repeat, question.question_id, arm.name) in skip_workflow_ids:
+            return None
+        async with gate:
+            return await arm.answer(orchestrator, question, run_id=run_id, repeat=repeat)
+
+    results = await asyncio.gather(*(one(q, r) for r in range(repeats) for q in questions))
+    await orchestrator.flush()
+    return [r for r in results if r is not None]
+
+
+# ---------------------------------------------------------------------- tables
+
+
+def common_questions(workflows: pl.DataFrame) -> list[str]:
+    """Questions every (arm, repeat) reached without an infrastructure failure."""
+    pairs = workflows.select("arm", "repeat").unique().height
+    reached = (
+        workflows.filter(~pl.col("infra_failure"))
+        .group_by("question_id")
+        .agg(pl.struct("arm", "repeat").n_unique().alias("pairs"))
+        .filter(pl.col("pairs") == pairs)
+    )
+    return sorted(reached["question_id"].to_list())
+
+
+def _ordered_common(workflows: pl.DataFrame, slice_order: Sequence[str] | None) -> list[str]:
+    common = set(common_questions(workflows))
+    if slice_order is None:
+        return sorted(common)
+    return [qid for qid in slice_order if qid in common]
+
+
+def wilson_interval(successes: float, n: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval for a proportion: honest near 0 and 1, unlike mean +- z*SE."""
+    if n == 0:
+        return (float("nan"), float("nan"))
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def n_label(n: int, attempted: int, planned: int) -> str:
+    """`n=380 of 400 planned`, and says so when the run stopped before the planned slice."""
+    label = f"n={n} of {planned} planned"
+    if attempted < planned:
+        label += f" (stopped early: {attempted} of {planned} questions run)"
+    elif n < attempted:
+        label += f" ({attempted - n} excluded: infrastructure failures)"
+    return label
+
+
+def arm_table(
+    workflows: pl.DataFrame,
+    *,
+    planned_size: int,
+    call_tokens: pl.DataFrame | None = None,
+    slice_order: Sequence[str] | None = None,
+) -> pl.DataFrame:
+    """One row per arm on the common questions: accuracy (mean over repeats, SE, 95% interval),
+    cost, latency, tokens and steps per question, and how many questions were run and scored.
+
+    `workflows` has the `workflows` table's columns; `call_tokens` (workflow_id, tokens) sums the
+    tokens of every call of a workflow, conductor included.
+    """
+    common = _ordered_common(workflows, slice_order)
+    attempted = workflows["question_id"].n_unique()
+    scored = workflows.filter(pl.col("question_id").is_in(common))
+    if call_tokens is not None:
+        scored = scored.join(call_tokens, on="workflow_id", how="left")
+    else:
+        scored = scored.with_columns(pl.lit(None, dtype=pl.Float64).alias("tokens"))
+    rows = []
+    for arm in sorted(scored["arm"].unique().to_list()):
+        frame = scored.filter(pl.col("arm") == arm)
+        per_repeat = (
+            frame.group_by("repeat").agg(pl.col("correct").cast(pl.Float64).mean().alias("accuracy")).sort("repeat")
+        )
+        accuracies = per_repeat["accuracy"].to_list()
+        repeats = len(accuracies)
+        mean = sum(accuracies) / repeats if repeats else float("nan")
+        n = len(common)
+        if repeats > 1:
+            sd = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / (repeats - 1))
+            se = sd / math.sqrt(repeats)
+            low, high = max(0.0, mean - Z_95 * se), min(1.0, mean + Z_95 * se)
+            method = "mean +- 1.96 SE over repeats"
+        else:
+            se = math.sqrt(mean * (1 - mean) / n) if n else float("nan")
+            low, high = wilson_interval(mean * n, n)
+            method = "Wilson (one repeat)"
+        parsed = frame.filter(pl.col("parse_code") == "ok")
+        rows.append(
+            {
+                "arm": arm,
+                "n": n,
+                "n_label": n_label(n, attempted, planned_size),
+                "repeats": repeats,
+                "accuracy": mean,
+                "se": se,
+                "ci_low": low,
+                "ci_high": high,
+                "interval": method,
+                "cost_per_question": frame["cost_usd"].fill_null(0.0).mean(),
+                "latency_per_question_s": frame["latency_s"].fill_null(0.0).mean(),
+                "tokens_per_question": frame["tokens"].mean(),
+                "mean_steps": parsed["n_steps"].mean() if parsed.height else None,
+                "parse_ok_share": parsed.height / frame.height if frame.height else None,
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def worker_usage(workflows: pl.DataFrame) -> pl.DataFrame:
+    """Per arm, the share of steps each worker took (over parsed, non-infra workflows)."""
+    steps = (
+        workflows.filter((pl.col("parse_code") == "ok") & ~pl.col("infra_failure"))
+        .select("arm", "workers")
+        .explode("workers")
+        .drop_nulls("workers")
+        .rename({"workers": "worker"})
+    )
+    return (
+        steps.group_by("arm", "worker")
+        .agg(pl.len().alias("steps"))
+        .with_columns((pl.col("steps") / pl.col("steps").sum().over("arm")).alias("share"))
+        .sort("arm", "share", descending=[False, True])
+    )
+
+
+def parse_code_histogram(workflows: pl.DataFrame) -> pl.DataFrame:
+    """Per arm and parse code, how many workflows (infra failures left out: they are not outputs)."""
+    return (
+        workflows.filter(~pl.col("infra_failure"))
+        .group_by("arm", "parse_code")
+        .agg(pl.len().alias("workflows"))
+        .sort("arm", "workflows", descending=[False, True])
+    )
+
+
+def _per_question_accuracy(frame: pl.DataFrame) -> dict[str, float]:
+    means = frame.group_by("question_id").agg(pl.col("correct").cast(pl.Float64).mean().alias("acc"))
+    return dict(zip(means["question_id"].to_list(), means["acc"].to_list(), strict=True))
+
+
+def best_solo_arm(workflows: pl.DataFrame, common: Sequence[str]) -> str | None:
+    """The most accurate solo arm on the common questions (ties: smallest name)."""
+    solo = workflows.filter(pl.col("arm").str.starts_with("solo:") & pl.col("question_id").is_in(list(common)))
+    if solo.height == 0:
+        return None
+    ranked = (
+        solo.group_by("arm").agg(pl.col("correct").cast(pl.Float64).mean().alias("acc"))
+        .sort(["acc", "arm"], descending=[True, False])
+    )
+    return ranked["arm"][0]
+
+
+def running_gap(
+    workflows: pl.DataFrame,
+    *,
+    slice_order: Sequence[str] | None = None,
+    first_n: int = GAP_FIRST_N,
+    every_n: int = GAP_EVERY_N,
+) -> pl.DataFrame:
+    """Each arm's accuracy minus the best solo worker's on the first n common questions,
+    at n = first_n, first_n + every_n, ... (slice order), so nobody reads a stopping point as a result.
+    """
+    common = _ordered_common(workflows, slice_order)
+    best = best_solo_arm(workflows, common)
+    if best is None:
+        return pl.DataFrame(schema={"arm": pl.String, "n": pl.Int64, "accuracy": pl.Float64, "gap": pl.Float64})
+    scored = workflows.filter(pl.col("question_id").is_in(common))
+    best_acc = _per_question_accuracy(scored.filter(pl.col("arm") == best))
+    rows = []
+    for arm in sorted(scored["arm"].unique().to_list()):
+        acc = _per_question_accuracy(scored.filter(pl.col("arm") == arm))
+        for n in range(first_n, len(common) + 1, every_n):
+            prefix = common[:n]
+            arm_mean = sum(acc[q] for q in prefix) / n
+            best_mean = sum(best_acc[q] for q in prefix) / n
+            rows.append({"arm": arm, "n": n, "accuracy": arm_mean, "gap": arm_mean - best_mean, "best_solo": best})
+    return pl.DataFrame(rows, schema={"arm": pl.String, "n": pl.Int64, "accuracy": pl.Float64, "gap": pl.Float64, "best_solo": pl.String})
+
+
+# ---------------------------------------------------------------------- the decomposition
+
+
+def decompose_gap(outcomes: pl.DataFrame, conductor_outcomes: pl.DataFrame) -> dict[str, object]:
+    """Run `sql/conductor_decomposition.sql` on the two relations; returns its one row as a dict.
+
+    In-memory DuckDB: the relation names are the SQL's contract, and the warehouse's own
+    `outcomes` view (probe majorities) must not shadow the eval arms' solo outcomes.
+    """
+    con = duckdb.connect()
+    try:
+        con.register("outcomes", outcomes.select("question_id", "worker", "correct").to_arrow())
+        con.register(
+            "conductor_outcomes",
+            conductor_outcomes.select("question_id", "parse_code", "correct", "workers").to_arrow(),
+        )
+        result = con.execute(load_sql("conductor_decomposition")).pl()
+    finally:
+        con.close()
+    return result.row(0, named=True)
+
+
+def decomposition_inputs(
+    workflows: pl.DataFrame, conductor_arm: str, common: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(solo outcomes, conductor outcomes) on the common questions, from eval-arm workflows.
+
+    Solo outcome = majority over repeats (as the `outcomes` view does for probes); the conductor
+    contributes its repeat-0 workflow, whose parse code, workers and verdict belong together.
+    """
+    rows = workflows.filter(pl.col("question_id").is_in(list(common)))
+    solo = (
+        rows.filter(pl.col("arm").str.starts_with("solo:"))
+        .with_columns(pl.col("arm").str.strip_prefix("solo:").alias("worker"))
+        .group_by("question_id", "worker")
+        .agg((2 * pl.col("correct").cast(pl.Int64).sum() > pl.len()).alias("correct"))
+    )
+    conductor = rows.filter((pl.col("arm") == conductor_arm) & (pl.col("repeat") == 0)).select(
+        "question_id", "parse_code", "correct", "workers"
+    )
+    return solo, conductor
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def markdown_table(frame: pl.DataFrame, *, float_digits: int = 3) -> str:
+    """A small frame as a GitHub markdown table (what Dagster's UI renders in metadata)."""
+    columns = frame.columns
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in frame.iter_rows():
+        cells = []
+        for value in row:
+            if isinstance(value, float):
+                cells.append("" if math.isnan(value) else f"{value:.{float_digits}f}")
+            elif isinstance(value, list):
+                cells.append(", ".join(map(str, value)))
+            else:
+                cells.append("" if value is None else str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class EvalRunSummary:
+    """What `eval_arms` hands to `eval_tables`: enough to find and check its rows."""
+
+    run_id: str
+    corpus: str
+    slice_ids: tuple[str, ...]
+    planned_size: int
+    split_fingerprint: str
+    repeats: int
+    arms: tuple[str, ...]
+    best_single_worker: str | None = None
+    calibration_question_ids: tuple[str, ...] = ()
+    training_question_ids: tuple[str, ...] = ()
+    extra: Mapping[str, object] = field(default_factory=dict)

@@ -28,7 +28,12 @@ from conductor_pipeline.governor import Governor
 from conductor_pipeline.grading import grade
 from conductor_pipeline.policies import ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.pools import PoolConfig, WorkerSeat
-from conductor_pipeline.prompt import build_recursion_prompt, displayed_worker_names
+from conductor_pipeline.prompt import (
+    CatalogueEntry,
+    build_recursion_prompt,
+    catalogue_from_pool,
+    displayed_worker_names,
+)
 from conductor_pipeline.records import (
     CallRecord,
     CallRequest,
@@ -423,9 +428,9 @@ class Orchestrator:
             error="inner workflow hit an infrastructure failure" if inner_state.infra_failure else None,
         )
 
-    def catalogue(self) -> list[tuple[str, str]]:
-        """(displayed name, description) per seat, as the conductor's prompt shows them."""
-        return [(shown, seat.description) for shown, seat in zip(self.displayed_names, self.pool.workers, strict=True)]
+    def catalogue(self) -> list[CatalogueEntry]:
+        """The pool's seats (real names, descriptions); the prompt builders apply the naming."""
+        return catalogue_from_pool(self.pool)
 
     # ------------------------------------------------------------------ recording
 

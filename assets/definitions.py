@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
 
+from assets import corpora
 from resources.warehouse import WarehouseResource
 
-STAGE_MODULES: list = []
+STAGE_MODULES = [corpora]
 
 defs = Definitions(
     assets=load_assets_from_modules(STAGE_MODULES),

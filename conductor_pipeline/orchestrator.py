@@ -141,13 +141,25 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ public entry points
 
-    def parse(self, raw_text: str, *, allow_empty: bool = False) -> Workflow:
-        """Parse conductor text against the names the conductor saw; steps come back with real names."""
-        displayed = parse_workflow(raw_text, self.displayed_names, max_steps=self.max_steps, allow_empty=allow_empty)
+    def parse(
+        self, raw_text: str, *, allow_empty: bool = False, shown_workers: Sequence[str] | None = None
+    ) -> Workflow:
+        """Parse conductor text against the names the conductor saw; steps come back with real names.
+
+        `shown_workers` are the real names a prompt displayed, in order, when it showed a subset of
+        the pool (training's randomised pools); by default the whole pool was shown.
+        """
+        if shown_workers is None:
+            displayed_names, real_name = self.displayed_names, self._real_name
+        else:
+            unknown = [name for name in shown_workers if name not in self.worker_names]
+            if unknown:
+                raise ValueError(f"shown workers {unknown} are not seats of pool {self.pool.name!r}")
+            displayed_names = list(displayed_worker_names(list(shown_workers), self.naming))
+            real_name = dict(zip(displayed_names, shown_workers, strict=True))
+        displayed = parse_workflow(raw_text, displayed_names, max_steps=self.max_steps, allow_empty=allow_empty)
         return Workflow(
-            steps=tuple(
-                Step(worker=self._real_name[s.worker], subtask=s.subtask, sees=s.sees) for s in displayed.steps
-            )
+            steps=tuple(Step(worker=real_name[s.worker], subtask=s.subtask, sees=s.sees) for s in displayed.steps)
         )
 
     async def run_workflow_text(
@@ -237,14 +249,17 @@ class Orchestrator:
         await self._record_workflow(record)
         return record
 
-    async def score_completion(self, question: Question, completion_text: str) -> tuple[str, bool | None]:
+    async def score_completion(
+        self, question: Question, completion_text: str, *, shown_workers: Sequence[str] | None = None
+    ) -> tuple[str, bool | None]:
         """(parse code, correct) for one conductor completion, recording nothing.
 
         The GRPO reward's scoring path: `correct` is None when the workflow did not parse or
         hit an infrastructure failure (the caller excludes those rollouts or scores them 0).
+        `shown_workers`: the real names the prompt displayed, when it showed a subset of the pool.
         """
         try:
-            workflow = self.parse(completion_text)
+            workflow = self.parse(completion_text, shown_workers=shown_workers)
         except WorkflowParseError as exc:
             return exc.code, None
         workflow_id = stable_id("score", question.question_id, completion_text)

@@ -287,3 +287,17 @@ def test_score_completion_records_nothing_and_reports_the_parse_code(tmp_path):
     assert good == ("ok", True)
     assert bad == ("length_mismatch", None)
     assert warehouse.query("SELECT count(*) FROM calls").item() == 0
+
+
+def test_score_completion_maps_a_shown_subset_of_the_pool_back_to_real_names():
+    pool = make_pool(seat("a"), seat("b"), seat("c"))
+    workers = {"a": RecordingWorker("a", answer="1"), "b": RecordingWorker("b", answer="1"),
+               "c": RecordingWorker("c", answer="42")}
+
+    async def main():
+        orch = orchestrate(pool, workers)
+        # The prompt showed only c then a: "Model 0" is c.
+        return await orch.score_completion(QUESTION, lists([0], ["solve"], [[]]), shown_workers=["c", "a"])
+
+    assert asyncio.run(main()) == ("ok", True)
+    assert len(workers["c"].requests) == 1 and workers["a"].requests == []

@@ -1,0 +1,66 @@
+"""The conductor-policy resource: which model writes workflows, and how it is prompted and sampled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import dagster as dg
+from pydantic import Field
+
+from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.policies import ConductorPolicy, HFLocalPolicy, OpenAIEndpointPolicy
+from conductor_pipeline.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
+from conductor_pipeline.tiny_models import build_tiny_causal_lm
+
+# Where the tiny offline policy is built when no checkpoint is configured: the CPU profile's
+# conductor. It has random weights, so it is the honest weak arm, not a result.
+TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
+
+
+class ConductorPolicyResource(dg.ConfigurableResource):
+    """A conductor policy: a local Hugging Face causal LM or an OpenAI-compatible endpoint."""
+
+    kind: Literal["hf_local", "openai_endpoint"] = Field(
+        "hf_local", description="hf_local: transformers generate on this machine; openai_endpoint: any /v1 server"
+    )
+    model_path: str | None = Field(
+        None,
+        description="hf_local: a checkpoint folder (e.g. from training); empty builds the tiny offline model",
+    )
+    device: str = Field("cpu", description="hf_local: torch device")
+    base_url: str | None = Field(None, description="openai_endpoint: base URL ending in /v1")
+    model: str | None = Field(None, description="openai_endpoint: served model id")
+    api_key_env: str | None = Field(
+        None, description="openai_endpoint: NAME of the environment variable holding the key (never the key)"
+    )
+    label: str | None = Field(None, description="Arm name in the eval tables; defaults to the policy's name")
+    naming: Literal["ordinal", "names"] = Field(
+        "ordinal", description="Workers shown as the paper's 'Model 0..k' or by their real names"
+    )
+    n_examples: int = Field(
+        DEFAULT_EXAMPLE_COUNT, ge=0, description="In-context example workflows from other tasks (paper: 4, +7 points)"
+    )
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of the conductor (paper: 1.0)")
+    max_new_tokens: int = Field(1024, gt=0, description="Budget for reasoning plus the workflow lists")
+
+    def build_policy(self) -> ConductorPolicy:
+        """The policy object; a local model loads lazily on its first prompt."""
+        if self.kind == "openai_endpoint":
+            if not self.base_url or not self.model:
+                raise ValueError("an openai_endpoint conductor needs `base_url` and `model`")
+            return OpenAIEndpointPolicy(self.base_url, self.model, self.api_key_env, name=self.label)
+        path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
+        return HFLocalPolicy(path, device=self.device, name=self.label or f"hf:{path.name}")
+
+    def examples(self) -> list[PromptExample]:
+        return default_examples(self.n_examples)
+
+    @property
+    def arm_label(self) -> str:
+        """A stable arm name: the label, else what the policy is (tiny model, checkpoint or endpoint)."""
+        if self.label:
+            return self.label
+        if self.kind == "openai_endpoint":
+            return f"openai:{self.model}"
+        return f"hf:{Path(self.model_path).name}" if self.model_path else "hf:tiny-conductor"

@@ -1,0 +1,6 @@
+-- Questions a conductor was run on outside evaluation runs (training rollouts, probes of the
+-- conductor): none of them may appear in an eval slice. Evaluation run ids start with 'eval-'.
+SELECT DISTINCT question_id
+FROM calls
+WHERE kind = 'conductor' AND NOT starts_with(run_id, 'eval-')
+ORDER BY question_id;

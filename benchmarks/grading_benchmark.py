@@ -1,12 +1,12 @@
 """Re-grade ZeroEval's recorded GSM8K and MATH level-5 responses: project grader vs plain math-verify.
 
 Usage: python benchmarks/grading_benchmark.py [--limit N] [--baseline-sample 3000] [--full-baseline]
-       [--processes 2]
+       [--processes 2] [--baseline-processes 1]
 
 Prints, side by side in one run:
 - responses/s of ``grade_many`` (extraction + fast paths + cache + math-verify worker pool) and of
-  plain math-verify (``verify(parse(gold), parse(answer))`` on the same extracted answers, in a
-  pool of as many processes), the speed ratio, and how often the two verdicts agree;
+  plain math-verify (``verify(parse(gold), parse(answer))`` on the same extracted answers, run
+  sequentially unless --baseline-processes says otherwise), the speed ratio, and how often the two verdicts agree;
 - the project's verdicts against the recording's own ``ze_matched`` (a first-number grader), by
   category of disagreement with counts and examples.
 The plain baseline costs ~10 ms a response, so by default it runs on a fixed random sample.
@@ -34,6 +34,7 @@ from conductor_pipeline.grading import (  # noqa: E402
     _latex_for_parse,
     extract_answer,
     grade_many,
+    is_equivalent,
     normalize_gold,
 )
 from conductor_pipeline.paths import PROJECT_ROOT  # noqa: E402
@@ -76,9 +77,14 @@ def _silence_logs() -> None:
 
 
 def run_plain(pairs: list[tuple[str, str, bool]], processes: int) -> tuple[list[bool], float]:
+    """Plain math-verify: in this process's main thread, or in a pool of ``processes``."""
     started = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(processes, initializer=_silence_logs) as pool:
-        verdicts = pool.map(_plain_verdict, pairs, chunksize=16)
+    if processes <= 1:
+        _silence_logs()
+        verdicts = [_plain_verdict(pair) for pair in pairs]
+    else:
+        with multiprocessing.get_context("spawn").Pool(processes, initializer=_silence_logs) as pool:
+            verdicts = pool.map(_plain_verdict, pairs, chunksize=16)
     return verdicts, time.perf_counter() - started
 
 
@@ -103,7 +109,9 @@ def categorize(row: dict, extracted: str | None, project: bool) -> str:
     if extracted is None:
         return "ZeroEval credits an answer the project does not extract"
     if not same_answer:
-        return "answers read differently; ZeroEval's reading matched"
+        if ze_answer is not None and is_equivalent(ze_answer, gold):
+            return "ZeroEval right?: it read a different, correct answer (first JSON field vs our last/boxed)"
+        return "ZeroEval wrong: it read a different answer whose first number coincides with the gold's"
     if first_number(extracted) == first_number(gold):
         return "ZeroEval wrong: first numbers coincide, answers differ (e.g. \\frac{1}{2} vs 1, 2\\sqrt{3} vs 2)"
     return "other"
@@ -114,7 +122,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="grade a fixed random subset of N responses")
     parser.add_argument("--baseline-sample", type=int, default=3000, help="rows graded by plain math-verify")
     parser.add_argument("--full-baseline", action="store_true", help="run plain math-verify on every row")
-    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=2, help="math-verify workers of the project grader")
+    parser.add_argument(
+        "--baseline-processes", type=int, default=1,
+        help="plain math-verify runs sequentially by default (a process pool is one of the project's levers)",
+    )
     args = parser.parse_args()
 
     frame = load_rows(args.limit)
@@ -137,10 +149,10 @@ def main() -> None:
         sample = sorted(random.Random(SAMPLE_SEED).sample(range(frame.height), min(args.baseline_sample, frame.height)))
         note = f"fixed random sample of {len(sample)} rows (seed {SAMPLE_SEED}); full run too slow"
     pairs = [(grades[i].extracted or "", normalize_gold(golds[i]), True) for i in sample]
-    plain, plain_s = run_plain(pairs, args.processes)
+    plain, plain_s = run_plain(pairs, args.baseline_processes)
     plain_rate = len(sample) / plain_s
     print(f"plain math-verify: {len(sample):6d} responses in {plain_s:7.1f} s = {plain_rate:8.0f} responses/s "
-          f"({args.processes} processes; extraction not counted; {note})")
+          f"({args.baseline_processes} process(es); extraction not counted; {note})")
     print(f"speed ratio    : {project_rate / plain_rate:.1f}x")
     # An empty extraction is graded False by both; plain math-verify never sees None.
     plain = [verdict and grades[i].extracted is not None for verdict, i in zip(plain, sample)]
@@ -152,7 +164,7 @@ def main() -> None:
               f"project={grades[i].correct} plain={verdict}")
 
     verbatim_pairs = [(grades[i].extracted or "", normalize_gold(golds[i]), False) for i in sample]
-    verbatim, _ = run_plain(verbatim_pairs, args.processes)
+    verbatim, _ = run_plain(verbatim_pairs, args.baseline_processes)
     verbatim = [verdict and grades[i].extracted is not None for verdict, i in zip(verbatim, sample)]
     agree_verbatim = sum(grades[i].correct == verdict for verdict, i in zip(verbatim, sample))
     print(f"agreement with verbatim verify(parse(gold), parse(answer)) (no $ delimiters; bare LaTeX unread): "

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -130,6 +130,8 @@ def _json_answer_field(text: str, depth: int = 0) -> tuple[str, int, int] | None
     LaTeX backslashes, bare numbers, trailing prose) instead of calling ``json.loads``.
     """
     for match in reversed(list(_ANSWER_KEY_RE.finditer(text))):
+        if text[max(0, match.start() - 8) : match.start()].endswith(("e.g.,`", "e.g., `")):
+            continue  # the ZeroEval instruction's example (`"answer": "42"`) echoed back
         start = match.end()
         if start >= len(text):
             continue
@@ -559,27 +561,30 @@ def grade_many(
     """
     if len(responses) != len(golds):
         raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
-    extracted = [extract_answer(response) if response else None for response in responses]
-    normalized_golds = [normalize_gold(gold) for gold in golds]
+    workers = max(1, min(processes, MAX_WORKERS))
+    extracted: list[str | None] = []
     verdicts: list[bool | None] = []
-    residue: dict[tuple[str, str], list[int]] = {}
-    for index, (answer, gold) in enumerate(zip(extracted, normalized_golds)):
-        if answer is None:
-            verdicts.append(False)
-            continue
-        fast = _fast_verdict(answer, gold)
-        if fast is None and len(answer) > MAX_ANSWER_CHARS:
-            fast = False
-        verdicts.append(fast)
-        if fast is None:
-            residue.setdefault((answer.strip(), gold), []).append(index)
-    if residue:
-        pairs = list(residue)
-        workers = max(1, min(processes, MAX_WORKERS, len(pairs)))
-        _POOL.warm(workers)
-        with ThreadPoolExecutor(max_workers=workers) as executor:
-            results = executor.map(lambda pair: _cached_math_verify(*pair, float(timeout_s)), pairs)
-            for pair, verdict in zip(pairs, results):
-                for index in residue[pair]:
-                    verdicts[index] = verdict
+    residue: dict[tuple[str, str], Future[bool]] = {}
+    waiting: list[tuple[int, tuple[str, str]]] = []
+    # Residue is submitted while extraction goes on, so the workers start and verify in parallel
+    # with the main process instead of after it.
+    with ThreadPoolExecutor(max_workers=workers) as executor:
+        for index, (response, gold) in enumerate(zip(responses, golds)):
+            answer = extract_answer(response) if response else None
+            extracted.append(answer)
+            if answer is None:
+                verdicts.append(False)
+                continue
+            gold = normalize_gold(gold)
+            fast = _fast_verdict(answer, gold)
+            if fast is None and len(answer) > MAX_ANSWER_CHARS:
+                fast = False
+            verdicts.append(fast)
+            if fast is None:
+                pair = (answer.strip(), gold)
+                if pair not in residue:
+                    residue[pair] = executor.submit(_cached_math_verify, *pair, float(timeout_s))
+                waiting.append((index, pair))
+        for index, pair in waiting:
+            verdicts[index] = residue[pair].result()
     return [Grade(extracted=answer, correct=bool(verdict)) for answer, verdict in zip(extracted, verdicts)]

@@ -267,3 +267,12 @@ def test_module_never_evaluates_text() -> None:
     for module in (grading, __import__("conductor_pipeline._grading_worker", fromlist=["x"])):
         source = Path(module.__file__).read_text()
         assert not forbidden.search(source), module.__name__
+
+
+def test_the_prompts_example_answer_is_not_the_models_answer() -> None:
+    # Phi-3-mini echoes ZeroEval's instruction after its own answer.
+    echoed = (
+        '{"reasoning": "2 + 8 = 10", "answer": "10"}\nPlease show your final answer in the `answer` '
+        'field, e.g.,`"answer": "42"`.\n\n```json\n{\n    "reasoning": "___",\n    "answer": "___"\n}\n```'
+    )
+    assert extract_answer(echoed) == "10"

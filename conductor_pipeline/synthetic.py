@@ -124,9 +124,8 @@ def synthetic_workflows(
         question = rng.choice(questions)
         shape = rng.choices(SHAPES, weights)[0]
         chosen = _draw_workers(rng, displayed, len(shape.subtasks))
-        workflow = Workflow(
-            tuple(Step(worker, subtask, sees) for worker, subtask, sees in zip(chosen, shape.subtasks, shape.sees, strict=True))
-        )
+        steps = zip(chosen, shape.subtasks, shape.sees, strict=True)
+        workflow = Workflow(tuple(Step(worker, subtask, sees) for worker, subtask, sees in steps))
         reasoning = rng.choice(shape.reasonings).format(*chosen)
         lists = render_workflow(workflow, displayed, by_index=naming == "ordinal")
         messages = build_conductor_prompt(question, catalogue, naming=naming, examples=examples)

@@ -471,10 +471,12 @@ def parse_workflow(
     return Workflow(tuple(steps))
 
 
-def parse_code(text: str, workers: Sequence[str], *, max_steps: int = DEFAULT_MAX_STEPS) -> str:
+def parse_code(
+    text: str, workers: Sequence[str], *, max_steps: int = DEFAULT_MAX_STEPS, allow_empty: bool = False
+) -> str:
     """`"ok"` or the failure code: what the reward and the eval tables record."""
     try:
-        parse_workflow(text, workers, max_steps=max_steps)
+        parse_workflow(text, workers, max_steps=max_steps, allow_empty=allow_empty)
     except WorkflowParseError as exc:
         return exc.code
     return PARSE_OK

@@ -24,11 +24,13 @@ from typing import Literal, Protocol
 
 import duckdb
 import polars as pl
+from tabulate import tabulate
 
 from conductor_pipeline.orchestrator import Orchestrator, one_step_workflow, workflow_key
 from conductor_pipeline.policies import ConductorPolicy, PolicyError
 from conductor_pipeline.prompt import build_conductor_prompt
 from conductor_pipeline.records import Question, WorkflowRecord, stable_id
+from conductor_pipeline.stats import wilson_interval
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
 from conductor_pipeline.warehouse import load_sql
 from conductor_pipeline.workflow import Workflow
@@ -67,6 +69,8 @@ def eval_slice(
     """The first `size` eval-split ids (train-split ids are never taken, whatever is passed)."""
     if size <= 0:
         raise ValueError(f"slice size must be positive, got {size}")
+    if order not in ("question_id", "hashed"):
+        raise ValueError(f"slice order must be 'question_id' or 'hashed', got {order!r}")
     eligible = {qid for qid in question_ids if split_of(qid) == "eval"}
     key = (lambda qid: hashlib.sha256(f"eval-order\x1f{qid}".encode()).hexdigest()) if order == "hashed" else None
     ordered = sorted(eligible, key=key)
@@ -240,17 +244,6 @@ def _ordered_common(workflows: pl.DataFrame, slice_order: Sequence[str] | None) 
     return [qid for qid in slice_order if qid in common]
 
 
-def wilson_interval(successes: float, n: int, z: float = Z_95) -> tuple[float, float]:
-    """Wilson score interval for a proportion: honest near 0 and 1, unlike mean +- z*SE."""
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def n_label(n: int, attempted: int, planned: int) -> str:
     """`n=380 of 400 planned`, and says so when the run stopped before the planned slice."""
     label = f"n={n} of {planned} planned"
@@ -298,7 +291,7 @@ def arm_table(
             method = "mean +- 1.96 SE over repeats"
         else:
             se = math.sqrt(mean * (1 - mean) / n) if n else float("nan")
-            low, high = wilson_interval(mean * n, n)
+            low, high = (float(v) for v in wilson_interval(round(mean * n), n)) if n else (math.nan, math.nan)
             method = "Wilson (one repeat)"
         parsed = frame.filter(pl.col("parse_code") == "ok")
         rows.append(
@@ -441,19 +434,8 @@ def decomposition_inputs(
 
 def markdown_table(frame: pl.DataFrame, *, float_digits: int = 3) -> str:
     """A small frame as a GitHub markdown table (what Dagster's UI renders in metadata)."""
-    columns = frame.columns
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in frame.iter_rows():
-        cells = []
-        for value in row:
-            if isinstance(value, float):
-                cells.append("" if math.isnan(value) else f"{value:.{float_digits}f}")
-            elif isinstance(value, list):
-                cells.append(", ".join(map(str, value)))
-            else:
-                cells.append("" if value is None else str(value))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [[", ".join(map(str, v)) if isinstance(v, list) else v for v in row] for row in frame.iter_rows()]
+    return tabulate(rows, headers=frame.columns, tablefmt="github", floatfmt=f".{float_digits}f", missingval="")
 
 
 @dataclass(frozen=True)

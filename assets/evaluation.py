@@ -1,0 +1,386 @@
+"""Evaluation assets: every worker solo, the baselines and each conductor on a fixed eval slice.
+
+`eval_arms` runs the arms through the orchestrator (rows land in `calls` and `workflows` under
+one evaluation run id, resumable: a rerun skips recorded workflows); `eval_tables` turns those
+rows into the arm table, usage shares, parse codes, the running gap and the gap decomposition.
+A blocking check fails when a question used for training or for choosing the best single
+worker appears in the eval slice.
+
+The default conductor is the tiny offline HF model (random weights, CPU): it is here to prove
+the path end to end and is shown as the weak arm it is; configure a checkpoint or an endpoint
+on the `conductor` resource for a real result.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
+import asyncio
+import base64
+import io
+from collections.abc import Sequence
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from conductor_pipeline.backends.factory import build_worker
+from conductor_pipeline.evaluation import (
+    DEFAULT_SLICE_SIZE,
+    ConductorArm,
+    EvalRunSummary,
+    RouterArm,
+    SoloArm,
+    arm_table,
+    common_questions,
+    decompose_gap,
+    decomposition_inputs,
+    eval_slice,
+    find_leaks,
+    markdown_table,
+    parse_code_histogram,
+    run_arm,
+    running_gap,
+    worker_usage,
+)
+from conductor_pipeline.governor import Governor
+from conductor_pipeline.orchestrator import Orchestrator
+from conductor_pipeline.pass_rates import pass_rate_table
+from conductor_pipeline.pools import PoolConfig, check_api_keys
+from conductor_pipeline.probing import select_questions
+from conductor_pipeline.records import Question, stable_id
+from conductor_pipeline.routers import (
+    BestSingleChoice,
+    BestSingleRouter,
+    OracleRouter,
+    RandomRouter,
+    choose_best_single,
+    solo_verdicts,
+)
+from conductor_pipeline.splits import split_fingerprint
+from conductor_pipeline.warehouse import Warehouse
+from assets.probing import _artifact_dir, pass_rates
+from resources.conductor import ConductorPolicyResource
+from resources.pool import PoolResource
+from resources.warehouse import WarehouseResource
+
+GROUP = "evaluation"
+# Every evaluation run id starts with this, so training-question queries can tell runs apart.
+EVAL_RUN_PREFIX = "eval-"
+
+
+class EvalArmsConfig(dg.Config):
+    """Which questions, how many, how often, and which conductors."""
+
+    corpus: str = Field("math", description="Corpus of the eval slice (math or gsm8k)")
+    splits: list[str] = Field(["test"], description="Source splits the slice draws from")
+    math_levels: list[int] = Field([5], description="MATH levels (the replay pools record level 5)")
+    slice_size: int = Field(DEFAULT_SLICE_SIZE, ge=1, description="Planned slice size: first N eval-split questions")
+    order: str = Field(
+        "question_id", description="Slice order: question_id (sorted; groups MATH subjects) or hashed (mixed)"
+    )
+    repeats: int = Field(1, ge=1, description="Repeats per arm (paper: up to 16); reported as mean and SE")
+    only_recorded: bool = Field(
+        True, description="Replay pools: draw the slice from questions every replay seat has a recording for"
+    )
+    random_seed: int = Field(0, description="Seed of the uniformly random router")
+    use_conductor_resource: bool = Field(True, description="Evaluate the `conductor` resource's policy")
+    conductor_checkpoints: list[str] = Field(
+        [], description="Extra local HF checkpoints (e.g. from training) to evaluate as conductor arms"
+    )
+    include_question: bool = Field(True, description="Show workers the original question next to their subtask")
+    max_depth: int = Field(2, ge=0, description="Recursion depth cap when the pool seats the conductor")
+
+
+def _png_markdown(png: bytes, alt: str) -> dg.MetadataValue:
+    return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
+
+
+def _eval_questions(store: Warehouse, config: EvalArmsConfig, workers: dict) -> tuple[list[Question], bool]:
+    """Candidate questions; restricted to what every replay seat recorded when asked (and possible)."""
+    questions = select_questions(
+        store, corpora=[config.corpus], splits=config.splits, math_levels=config.math_levels, limit=None
+    )
+    coverages = [getattr(w, "question_ids", None) for w in workers.values()]
+    if config.only_recorded and coverages and all(c is not None for c in coverages):
+        covered = frozenset.intersection(*map(frozenset, coverages))
+        return [q for q in questions if q.question_id in covered], True
+    return questions, False
+
+
+def _training_question_ids(store: Warehouse) -> list[str]:
+    return store.query_file("eval_training_questions")["question_id"].to_list()
+
+
+def _conductor_resources(config: EvalArmsConfig, conductor: ConductorPolicyResource) -> list[ConductorPolicyResource]:
+    chosen = [conductor] if config.use_conductor_resource else []
+    for path in config.conductor_checkpoints:
+        chosen.append(
+            ConductorPolicyResource(
+                kind="hf_local", model_path=path, device=conductor.device, naming=conductor.naming,
+                n_examples=conductor.n_examples, temperature=conductor.temperature,
+                max_new_tokens=conductor.max_new_tokens,
+            )
+        )
+    return chosen
+
+
+async def _run_all_arms(
+    context: dg.AssetExecutionContext,
+    store: Warehouse,
+    pool_config: PoolConfig,
+    workers: dict,
+    questions: Sequence[Question],
+    *,
+    run_id: str,
+    config: EvalArmsConfig,
+    calibration: BestSingleChoice,
+    conductors: Sequence[ConductorPolicyResource],
+) -> None:
+    policies = [(c, c.build_policy()) for c in conductors]
+    # A pool that seats the conductor recurses with the first configured policy.
+    recursion_policy = policies[0][1] if policies else None
+    recursion_settings = policies[0][0] if policies else None
+    orchestrator = Orchestrator(
+        pool_config, workers, Governor.from_pool(pool_config), store,
+        include_question=config.include_question, max_depth=config.max_depth,
+        naming=recursion_settings.naming if recursion_settings else "ordinal",
+        conductor_policy=recursion_policy,
+        conductor_temperature=recursion_settings.temperature if recursion_settings else 1.0,
+        conductor_max_new_tokens=recursion_settings.max_new_tokens if recursion_settings else 1024,
+    )
+    done = frozenset(store.query_file("eval_workflows", {"run_id": run_id})["workflow_id"].to_list())
+
+    async def run(arm) -> None:
+        records = await run_arm(
+            orchestrator, arm, questions, run_id=run_id, repeats=config.repeats, skip_workflow_ids=done
+        )
+        context.log.info(f"{arm.name}: {len(records)} workflows run ({len(questions)} questions x {config.repeats})")
+
+    try:
+        seated = [name for name in pool_config.worker_names if name in workers]
+        await asyncio.gather(*(run(SoloArm(worker)) for worker in seated))
+        solo = store.query_file("eval_workflows", {"run_id": run_id}).filter(pl.col("arm").str.starts_with("solo:"))
+        verdict_rows = solo.select("question_id", pl.col("workers").list.first().alias("worker"), "correct")
+        routers = [
+            BestSingleRouter(calibration),
+            RandomRouter(tuple(seated), seed=config.random_seed),
+            OracleRouter(solo_verdicts(verdict_rows.iter_rows(named=True)), fallback=calibration.worker),
+        ]
+        await asyncio.gather(*(run(RouterArm(router)) for router in routers))
+        for settings, policy in policies:
+            await run(
+                ConductorArm(
+                    settings.arm_label, policy, naming=settings.naming, examples=settings.examples(),
+                    temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
+                )
+            )
+    finally:
+        await orchestrator.aclose()
+        for _, policy in policies:
+            await policy.aclose()
+        for worker in workers.values():
+            await worker.aclose()
+
+
+@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"duckdb"})
+def eval_arms(
+    context: dg.AssetExecutionContext,
+    config: EvalArmsConfig,
+    warehouse: WarehouseResource,
+    pool: PoolResource,
+    conductor: ConductorPolicyResource,
+) -> dg.Output[EvalRunSummary]:
+    """Every worker solo, best-single / random / oracle routers and each conductor on the eval slice."""
+    pool_config = pool.load()
+    check_api_keys(pool_config)
+    store = warehouse.get_warehouse()
+    workers = {s.name: build_worker(s, pool_config) for s in pool_config.workers if s.backend != "conductor"}
+    candidates, restricted = _eval_questions(store, config, workers)
+    chosen = eval_slice([q.question_id for q in candidates], config.slice_size, order=config.order)
+    by_id = {q.question_id: q for q in candidates}
+    questions = [by_id[qid] for qid in chosen.question_ids]
+
+    calibration = choose_best_single(pass_rate_table(store, pool_config.name), list(workers))
+    training_ids = _training_question_ids(store)
+    leaks = find_leaks(
+        chosen.question_ids, training_ids=training_ids, calibration_ids=calibration.calibration_question_ids
+    )
+    if any(leaks.values()):
+        raise dg.Failure(f"train/eval leak before any arm ran: { {k: v[:5] for k, v in leaks.items() if v} }")
+
+    conductors = _conductor_resources(config, conductor)
+    arm_names = (
+        [f"solo:{w}" for w in workers] + ["best_single", "random", "oracle"]
+        + [f"conductor:{c.arm_label}" for c in conductors]
+    )
+    run_id = EVAL_RUN_PREFIX + stable_id(
+        pool_config.name, config.corpus, config.splits, config.math_levels, config.slice_size, config.order,
+        config.repeats, chosen.split_fingerprint, config.include_question, config.max_depth, arm_names,
+        config.random_seed,
+    )
+    context.log.info(
+        f"eval run {run_id}: {len(questions)} questions (planned {config.slice_size}), {len(arm_names)} arms "
+        f"x {config.repeats} repeats; best single on {len(calibration.calibration_question_ids)} "
+        f"calibration questions: {calibration.worker}"
+    )
+    asyncio.run(
+        _run_all_arms(
+            context, store, pool_config, workers, questions, run_id=run_id, config=config,
+            calibration=calibration, conductors=conductors,
+        )
+    )
+    summary = EvalRunSummary(
+        run_id=run_id, corpus=config.corpus, slice_ids=chosen.question_ids, planned_size=config.slice_size,
+        split_fingerprint=chosen.split_fingerprint, repeats=config.repeats, arms=tuple(arm_names),
+        best_single_worker=calibration.worker,
+        calibration_question_ids=tuple(sorted(calibration.calibration_question_ids)),
+        training_question_ids=tuple(training_ids),
+        extra={"pool": pool_config.name, "restricted_to_recorded": restricted, "order": config.order},
+    )
+    return dg.Output(
+        summary,
+        metadata={
+            "run_id": run_id,
+            "pool": pool_config.name,
+            "planned_slice_size": config.slice_size,
+            "slice_size": len(questions),
+            "slice_order": config.order,
+            "restricted_to_recorded": restricted,
+            "split_fingerprint": chosen.split_fingerprint,
+            "repeats": config.repeats,
+            "arms": dg.MetadataValue.json(arm_names),
+            "best_single_worker": calibration.worker,
+            "calibration_questions": len(calibration.calibration_question_ids),
+            "calibration_accuracies": dg.MetadataValue.json(calibration.accuracies),
+        },
+    )
+
+
+@dg.asset_check(asset=eval_arms, blocking=True, description="No training or calibration question in the eval slice")
+def eval_slice_has_no_leak(eval_arms: EvalRunSummary, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    """Re-derived at check time: training questions may have been logged since the slice was cut."""
+    store = warehouse.get_warehouse()
+    recorded = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})["question_id"].unique().to_list()
+    evaluated = set(eval_arms.slice_ids) | set(recorded)
+    leaks = find_leaks(
+        evaluated,
+        training_ids=set(eval_arms.training_question_ids) | set(_training_question_ids(store)),
+        calibration_ids=eval_arms.calibration_question_ids,
+    )
+    fingerprint_ok = eval_arms.split_fingerprint == split_fingerprint()
+    return dg.AssetCheckResult(
+        passed=not any(leaks.values()) and fingerprint_ok,
+        metadata={
+            "eval_questions": len(evaluated),
+            "leaked_training": len(leaks["training"]),
+            "leaked_calibration": len(leaks["calibration"]),
+            "on_train_split": len(leaks["train_split"]),
+            "examples": dg.MetadataValue.json({k: v[:5] for k, v in leaks.items()}),
+            "split_fingerprint_matches": fingerprint_ok,
+        },
+    )
+
+
+def accuracy_cost_plot(table: pl.DataFrame) -> bytes:
+    """PNG: accuracy (95% interval) against cost per question, one point per arm."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    for row in table.iter_rows(named=True):
+        cost = row["cost_per_question"] or 0.0
+        axis.errorbar(
+            cost, row["accuracy"], yerr=[[row["accuracy"] - row["ci_low"]], [row["ci_high"] - row["accuracy"]]],
+            fmt="o", capsize=3,
+        )
+        axis.annotate(row["arm"], (cost, row["accuracy"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    axis.set_xlabel("cost per question (USD)")
+    axis.set_ylabel("accuracy")
+    axis.set_title(f"accuracy vs cost ({table['n_label'][0] if table.height else 'no rows'})", fontsize=9)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def running_gap_plot(gap: pl.DataFrame) -> bytes:
+    """PNG: each arm's gap to the best solo worker at every 25-question boundary."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    for arm in sorted(gap["arm"].unique().to_list()) if gap.height else []:
+        rows = gap.filter(pl.col("arm") == arm).sort("n")
+        axis.plot(rows["n"].to_list(), rows["gap"].to_list(), marker="o", label=arm)
+    axis.axhline(0.0, color="grey", linewidth=0.8)
+    axis.set_xlabel("questions scored (slice order)")
+    axis.set_ylabel("accuracy - best solo worker")
+    axis.set_title("running gap to the best single worker", fontsize=9)
+    if gap.height:
+        axis.legend(fontsize=6)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"})
+def eval_tables(
+    context: dg.AssetExecutionContext, eval_arms: EvalRunSummary, warehouse: WarehouseResource
+) -> dg.MaterializeResult:
+    """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), usage, parse codes,
+    the running gap and the decomposition of each conductor's gap to the best single worker."""
+    store = warehouse.get_warehouse()
+    workflows = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})
+    if workflows.is_empty():
+        raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")
+    tokens = store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id})
+    order = list(eval_arms.slice_ids)
+    table = arm_table(workflows, planned_size=eval_arms.planned_size, call_tokens=tokens, slice_order=order)
+    gap = running_gap(workflows, slice_order=order)
+    common = common_questions(workflows)
+    decompositions = []
+    for arm in sorted(a for a in workflows["arm"].unique().to_list() if a.startswith("conductor:")):
+        solo, conductor_rows = decomposition_inputs(workflows, arm, common)
+        if solo.height and conductor_rows.height:
+            decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows)})
+    decomposition = pl.DataFrame(decompositions) if decompositions else pl.DataFrame({"arm": []})
+
+    out_dir = _artifact_dir(warehouse, "eval_tables")
+    table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
+    gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
+    accuracy_png = accuracy_cost_plot(table)
+    gap_png = running_gap_plot(gap)
+    (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(accuracy_png)
+    (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(gap_png)
+    arm_columns = [
+        "arm", "n_label", "repeats", "accuracy", "se", "ci_low", "ci_high", "cost_per_question",
+        "latency_per_question_s", "tokens_per_question", "mean_steps", "parse_ok_share",
+    ]
+    context.log.info(f"eval tables for {eval_arms.run_id}: {table.height} arms on {len(common)} common questions")
+    return dg.MaterializeResult(
+        metadata={
+            "run_id": eval_arms.run_id,
+            "n_scored": len(common),
+            "planned_slice_size": eval_arms.planned_size,
+            "n_label": table["n_label"][0] if table.height else "n=0",
+            "split_fingerprint": eval_arms.split_fingerprint,
+            "arm_table": dg.MetadataValue.md(markdown_table(table.select(arm_columns))),
+            "worker_usage": dg.MetadataValue.md(markdown_table(worker_usage(workflows))),
+            "parse_codes": dg.MetadataValue.md(markdown_table(parse_code_histogram(workflows))),
+            "running_gap": dg.MetadataValue.md(markdown_table(gap) if gap.height else "fewer than 50 common questions"),
+            "decomposition": dg.MetadataValue.md(
+                markdown_table(decomposition) if decompositions else "no conductor arm"
+            ),
+            "accuracy_vs_cost_plot": _png_markdown(accuracy_png, "accuracy vs cost per arm"),
+            "running_gap_plot": _png_markdown(gap_png, "running gap to the best single worker"),
+            "tables_dir": dg.MetadataValue.path(str(out_dir)),
+        }
+    )
+
+
+EVALUATION_ASSETS = [eval_arms, eval_tables]
+EVALUATION_CHECKS = [eval_slice_has_no_leak]

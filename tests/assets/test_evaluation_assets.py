@@ -1,0 +1,110 @@
+"""eval_arms + eval_tables on a 30-question slice of replay-mixed6 in a tmp warehouse, with the
+tiny local HF conductor (random weights: the weak arm), and the leak check failing on a leak."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak
+from conductor_pipeline.backends.factory import build_workers
+from conductor_pipeline.corpora import load_math_full
+from conductor_pipeline.evaluation import EvalRunSummary
+from conductor_pipeline.governor import Governor
+from conductor_pipeline.pools import load_pool
+from conductor_pipeline.probing import run_probes
+from conductor_pipeline.records import CallRecord
+from conductor_pipeline.splits import split_of
+from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.warehouse import Warehouse
+from resources.conductor import ConductorPolicyResource
+from resources.pool import PoolResource
+from resources.warehouse import WarehouseResource
+from tests.shared_data import require_shared_data
+
+SLICE = 30
+CALIBRATION_QUESTIONS = 40
+POOL = "replay-mixed6"
+
+
+@pytest.fixture
+def warehouse_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    require_shared_data(monkeypatch, tmp_path / "cache", "zeroeval_outputs", "math_full")
+    path = tmp_path / "warehouse.duckdb"
+    store = Warehouse(path)
+    level5 = [q for q in load_math_full() if q.split == "test" and q.level == 5]
+    store.insert("questions", level5)
+    pool = load_pool(POOL)
+    workers = build_workers(pool)
+    covered = set.intersection(*(set(w.question_ids) for w in workers.values()))
+    calibration = [q for q in level5 if q.question_id in covered and split_of(q.question_id) == "train"]
+    asyncio.run(
+        run_probes(
+            store, pool, workers, calibration[:CALIBRATION_QUESTIONS], samples=1, temperature=0.2,
+            run_id="probe-test", governor=Governor.from_pool(pool), only_recorded=True,
+        )
+    )
+    return path
+
+
+def materialize(path: Path, tiny: Path, selection: list) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        selection,
+        resources={
+            "warehouse": WarehouseResource(database=str(path)),
+            "pool": PoolResource(pool=POOL),
+            "conductor": ConductorPolicyResource(model_path=str(tiny), max_new_tokens=24, n_examples=1),
+        },
+        run_config={"ops": {"eval_arms": {"config": {"slice_size": SLICE, "repeats": 1}}}},
+    )
+
+
+def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    (event,) = result.asset_materializations_for_node(asset)
+    return {key: value.value for key, value in event.metadata.items()}
+
+
+def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_path: Path) -> None:
+    tiny = build_tiny_causal_lm(tmp_path / "tiny")
+    result = materialize(warehouse_path, tiny, [*EVALUATION_ASSETS, *EVALUATION_CHECKS])
+    assert result.success
+    (check,) = result.get_asset_check_evaluations()
+    assert check.passed
+
+    arms = metadata(result, "eval_arms")
+    assert arms["planned_slice_size"] == SLICE and arms["slice_size"] == SLICE
+    assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
+    assert len(arms["arms"]) == 6 + 3 + 1
+    store = Warehouse(warehouse_path)
+    counts = store.query(
+        "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
+        {"r": arms["run_id"]},
+    )
+    assert counts.height == 10 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    questions = store.query("SELECT DISTINCT question_id FROM workflows WHERE run_id = $r", {"r": arms["run_id"]})
+    assert all(split_of(q) == "eval" for q in questions["question_id"])
+
+    tables = metadata(result, "eval_tables")
+    assert tables["n_scored"] == SLICE and tables["n_label"] == f"n={SLICE} of {SLICE} planned"
+    assert "conductor:hf:tiny" in tables["arm_table"] and "oracle" in tables["arm_table"]
+    assert "solvable_reached_solver" in tables["decomposition"]
+    assert tables["running_gap"] == "fewer than 50 common questions"
+    assert tables["accuracy_vs_cost_plot"].startswith("![accuracy vs cost per arm](data:image/png;base64,")
+    assert "no_workflow" in tables["parse_codes"] or "json_decode" in tables["parse_codes"]
+
+    # The leak check fails once a training rollout is logged on an eval question.
+    summary = result.output_for_node("eval_arms")
+    assert isinstance(summary, EvalRunSummary)
+    leaked = summary.slice_ids[0]
+    store.insert(
+        "calls",
+        [CallRecord(call_id="train-1", run_id="grpo-run", kind="conductor", question_id=leaked, worker="conductor",
+                    sample=0, subtask=None, response="model_id = []", extracted_answer=None, correct=None,
+                    status="ok", error=None, prompt_tokens=1, completion_tokens=1, cost_usd=None, latency_s=0.1,
+                    started_at=None)],
+    )
+    verdict = eval_slice_has_no_leak(eval_arms=summary, warehouse=WarehouseResource(database=str(warehouse_path)))
+    assert verdict.passed is False and verdict.metadata["leaked_training"].value == 1

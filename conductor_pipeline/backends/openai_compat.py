@@ -31,7 +31,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 
 import httpx
@@ -49,15 +49,79 @@ MAX_ERROR_CHARS = 300
 DEFAULT_MAX_CONNECTIONS = 256
 
 
-def shared_http_client(max_connections: int = DEFAULT_MAX_CONNECTIONS) -> httpx.AsyncClient:
-    """The one async client a pool's workers share: keep-alive sized to the pool's in-flight limit.
+# Connections per transport shard (see `ShardedTransport`): httpcore 1.x re-scans its whole pool
+# once per idle connection on every request (O(n^2) in pool size: 15 ms of CPU per request at 64
+# connections), so the pool is split into shards this small and the scan stays cheap.
+CONNECTIONS_PER_SHARD = 8
 
-    httpx keeps only 20 idle connections by default; at higher concurrency every extra request
-    would open a fresh TCP connection, so the keep-alive pool is sized to the limit as well.
-    Timeouts are set per request from each seat's `timeout_s`.
+
+class _CountedStream(httpx.AsyncByteStream):
+    """A response body that tells its shard when it is closed (the connection is free again)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, on_close: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_close: Callable[[], None] | None = on_close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+                self._on_close = None
+
+
+class ShardedTransport(httpx.AsyncBaseTransport):
+    """One logical connection pool made of small httpx pools; each request goes to the least busy.
+
+    It exists only to sidestep httpcore 1.x's quadratic pool bookkeeping at high concurrency
+    (measured in benchmarks/RESULTS-probing.md); behaviour is otherwise that of one
+    `httpx.AsyncHTTPTransport` with `max_connections` connections.
     """
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return httpx.AsyncClient(limits=limits, timeout=None)
+
+    def __init__(self, max_connections: int, per_shard: int = CONNECTIONS_PER_SHARD) -> None:
+        n_shards = max(1, -(-max_connections // per_shard))
+        sizes = [max_connections // n_shards + (i < max_connections % n_shards) for i in range(n_shards)]
+        tls = httpx.create_ssl_context()  # one context for all shards: each costs ~40 ms to build
+        self._shards = [
+            httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n), verify=tls)
+            for n in sizes
+        ]
+        self._busy = [0] * n_shards
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        index = min(range(len(self._shards)), key=self._busy.__getitem__)
+        self._busy[index] += 1
+
+        def release() -> None:
+            self._busy[index] -= 1
+
+        try:
+            response = await self._shards[index].handle_async_request(request)
+        except BaseException:
+            release()
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _CountedStream(response.stream, release)
+        return response
+
+    async def aclose(self) -> None:
+        for shard in self._shards:
+            await shard.aclose()
+
+
+def shared_http_client(max_connections: int = DEFAULT_MAX_CONNECTIONS) -> httpx.AsyncClient:
+    """The one async client a pool's workers share, with keep-alive for `max_connections` connections.
+
+    Size it to the pool's in-flight limit: idle connections beyond httpx's default of 20 would
+    otherwise be closed and reopened on every request. Timeouts are set per request from each
+    seat's `timeout_s`.
+    """
+    return httpx.AsyncClient(transport=ShardedTransport(max_connections), timeout=None)
 
 
 def parse_retry_after(headers: httpx.Headers, *, now: float | None = None) -> float | None:

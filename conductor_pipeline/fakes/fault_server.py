@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -218,7 +219,12 @@ class _FaultApp:
             done, _ = await asyncio.wait({eof}, timeout=seconds)
             return not done
         finally:
-            eof.cancel()
+            if not eof.done():
+                # Wait for the cancellation to land: until it does, the stream still has a reader
+                # waiting and the next `readuntil` on this keep-alive connection would fail.
+                eof.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await eof
 
     async def dispatch(
         self, method: str, path: str, headers: dict[str, str], body: bytes,

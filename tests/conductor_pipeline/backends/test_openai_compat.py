@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from conductor_pipeline.backends.openai_compat import OpenAICompatWorker, parse_retry_after
+from conductor_pipeline.backends.openai_compat import OpenAICompatWorker, parse_retry_after, shared_http_client
 from conductor_pipeline.fakes import FaultServer
 from conductor_pipeline.pools import MissingApiKeyError, RetryConfig
 from conductor_pipeline.records import CallResult, CallStatus
@@ -164,3 +164,22 @@ def test_missing_key_variable_fails_before_any_call_naming_the_worker(server: Fa
     with pytest.raises(MissingApiKeyError, match="hosted-a.*SOME_UNSET_KEY_VAR"):
         OpenAICompatWorker(seat, FAST_RETRY, environ={})
     assert server.stats().total_requests == 0
+
+
+def test_shared_client_caps_connections_and_releases_them(server: FaultServer) -> None:
+    """The sharded pool behaves like one pool of `max_connections`: never more in flight."""
+    server.configure(latency_s=0.02)
+
+    async def run() -> tuple[list[CallResult], list[int]]:
+        client = shared_http_client(20)
+        worker = OpenAICompatWorker(make_seat(server.base_url, api_key_env=KEY_ENV), FAST_RETRY, client=client,
+                                    environ={KEY_ENV: TEST_API_KEY})
+        results = await asyncio.gather(*(worker.call(make_request(i)) for i in range(80)))
+        busy = list(client._transport._busy)
+        await client.aclose()
+        return results, busy
+
+    results, busy = asyncio.run(run())
+    assert all(r.status is CallStatus.OK for r in results)
+    assert busy == [0, 0, 0]  # 20 connections: three shards (7, 7, 6), all released
+    assert server.stats().peak_in_flight <= 20

@@ -15,7 +15,9 @@ on the `conductor` resource for a real result.
 import asyncio
 import base64
 import io
+import json
 from collections.abc import Sequence
+from pathlib import Path
 import dagster as dg
 import polars as pl
 from pydantic import Field
@@ -61,6 +63,9 @@ from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "evaluation"
+# Read from the event log when present (see `_latest_metadata`), never required.
+CHECKPOINT_ASSET = "conductor_checkpoint"
+CONTESTED_SET_ASSET = "contested_set"
 # Every evaluation run id starts with this, so training-question queries can tell runs apart.
 EVAL_RUN_PREFIX = "eval-"
 
@@ -82,7 +87,10 @@ class EvalArmsConfig(dg.Config):
     random_seed: int = Field(0, description="Seed of the uniformly random router")
     use_conductor_resource: bool = Field(True, description="Evaluate the `conductor` resource's policy")
     conductor_checkpoints: list[str] = Field(
-        [], description="Extra local HF checkpoints (e.g. from training) to evaluate as conductor arms"
+        [], description="Extra local HF checkpoints to evaluate as conductor arms"
+    )
+    use_trained_checkpoint: bool = Field(
+        True, description="Also evaluate the latest materialized conductor_checkpoint, when there is one"
     )
     include_question: bool = Field(True, description="Show workers the original question next to their subtask")
     max_depth: int = Field(2, ge=0, description="Recursion depth cap when the pool seats the conductor")
@@ -104,13 +112,37 @@ def _eval_questions(store: Warehouse, config: EvalArmsConfig, workers: dict) -> 
     return questions, False
 
 
-def _training_question_ids(store: Warehouse) -> list[str]:
-    return store.query_file("eval_training_questions")["question_id"].to_list()
+def _latest_metadata(instance: dg.DagsterInstance, asset: str, field: str) -> object | None:
+    """A metadata value of an asset's latest materialization, or None (never materialized here).
+
+    Read from the event log rather than as an asset dependency: evaluation must not wait for (or
+    be blocked by) a training run that the gates may rightly refuse.
+    """
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    if event is None or event.asset_materialization is None:
+        return None
+    entry = event.asset_materialization.metadata.get(field)
+    return None if entry is None else entry.value
 
 
-def _conductor_resources(config: EvalArmsConfig, conductor: ConductorPolicyResource) -> list[ConductorPolicyResource]:
+def _training_question_ids(store: Warehouse, instance: dg.DagsterInstance) -> list[str]:
+    """Every question a conductor was trained or run on outside evaluation: conductor calls logged
+    outside eval runs, plus the latest contested set (the GRPO training questions), if any."""
+    ids = set(store.query_file("eval_training_questions")["question_id"].to_list())
+    manifest_path = _latest_metadata(instance, CONTESTED_SET_ASSET, "manifest_path")
+    if manifest_path and Path(str(manifest_path)).is_file():
+        ids.update(json.loads(Path(str(manifest_path)).read_text()).get("question_ids", []))
+    return sorted(ids)
+
+
+def _conductor_resources(
+    config: EvalArmsConfig, conductor: ConductorPolicyResource, trained_checkpoint: str | None
+) -> list[ConductorPolicyResource]:
     chosen = [conductor] if config.use_conductor_resource else []
-    for path in config.conductor_checkpoints:
+    paths = list(config.conductor_checkpoints)
+    if trained_checkpoint and trained_checkpoint not in paths:
+        paths.append(trained_checkpoint)
+    for path in paths:
         chosen.append(
             ConductorPolicyResource(
                 kind="hf_local", model_path=path, device=conductor.device, naming=conductor.naming,
@@ -198,14 +230,18 @@ def eval_arms(
     questions = [by_id[qid] for qid in chosen.question_ids]
 
     calibration = choose_best_single(pass_rate_table(store, pool_config.name), list(workers))
-    training_ids = _training_question_ids(store)
+    training_ids = _training_question_ids(store, context.instance)
     leaks = find_leaks(
         chosen.question_ids, training_ids=training_ids, calibration_ids=calibration.calibration_question_ids
     )
     if any(leaks.values()):
         raise dg.Failure(f"train/eval leak before any arm ran: { {k: v[:5] for k, v in leaks.items() if v} }")
 
-    conductors = _conductor_resources(config, conductor)
+    trained = _latest_metadata(context.instance, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None
+    if trained is not None and not Path(str(trained)).exists():
+        context.log.warning(f"latest conductor_checkpoint {trained} is gone; not evaluated")
+        trained = None
+    conductors = _conductor_resources(config, conductor, str(trained) if trained else None)
     arm_names = (
         [f"solo:{w}" for w in workers] + ["best_single", "random", "oracle"]
         + [f"conductor:{c.arm_label}" for c in conductors]
@@ -254,14 +290,16 @@ def eval_arms(
 
 
 @dg.asset_check(asset=eval_arms, blocking=True, description="No training or calibration question in the eval slice")
-def eval_slice_has_no_leak(eval_arms: EvalRunSummary, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+def eval_slice_has_no_leak(
+    context: dg.AssetCheckExecutionContext, eval_arms: EvalRunSummary, warehouse: WarehouseResource
+) -> dg.AssetCheckResult:
     """Re-derived at check time: training questions may have been logged since the slice was cut."""
     store = warehouse.get_warehouse()
     recorded = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})["question_id"].unique().to_list()
     evaluated = set(eval_arms.slice_ids) | set(recorded)
     leaks = find_leaks(
         evaluated,
-        training_ids=set(eval_arms.training_question_ids) | set(_training_question_ids(store)),
+        training_ids=set(eval_arms.training_question_ids) | set(_training_question_ids(store, context.instance)),
         calibration_ids=eval_arms.calibration_question_ids,
     )
     fingerprint_ok = eval_arms.split_fingerprint == split_fingerprint()

@@ -106,5 +106,26 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
                     status="ok", error=None, prompt_tokens=1, completion_tokens=1, cost_usd=None, latency_s=0.1,
                     started_at=None)],
     )
-    verdict = eval_slice_has_no_leak(eval_arms=summary, warehouse=WarehouseResource(database=str(warehouse_path)))
+    context = dg.build_asset_check_context(instance=dg.DagsterInstance.ephemeral())
+    verdict = eval_slice_has_no_leak(
+        context, eval_arms=summary, warehouse=WarehouseResource(database=str(warehouse_path))
+    )
     assert verdict.passed is False and verdict.metadata["leaked_training"].value == 1
+
+
+def test_training_questions_include_the_latest_contested_set_and_logged_rollouts(tmp_path: Path) -> None:
+    from assets.evaluation import _latest_metadata, _training_question_ids
+
+    store = Warehouse(tmp_path / "w.duckdb")
+    instance = dg.DagsterInstance.ephemeral()
+    assert _training_question_ids(store, instance) == []
+    manifest = tmp_path / "contested.json"
+    manifest.write_text('{"question_ids": ["test/algebra/1.json", "test/algebra/2.json"]}')
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization("contested_set", metadata={"manifest_path": dg.MetadataValue.path(str(manifest))})
+    )
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization("conductor_checkpoint", metadata={"checkpoint_path": dg.MetadataValue.path("/ckpt")})
+    )
+    assert _training_question_ids(store, instance) == ["test/algebra/1.json", "test/algebra/2.json"]
+    assert _latest_metadata(instance, "conductor_checkpoint", "checkpoint_path") == "/ckpt"

@@ -18,13 +18,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from conductor_pipeline.backends.openai_compat import TRANSIENT_HTTP_STATUSES
+
 # Transient endpoint faults (rate limits, overload, restarts) are retried this many times with
 # exponential backoff before the policy gives up; the caller then records an infrastructure failure.
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 1.0
 # Long enough for a 7B model to write a 1k-token workflow on a busy shared server.
 DEFAULT_TIMEOUT_S = 120.0
-TRANSIENT_STATUS_CODES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +224,7 @@ class OpenAIEndpointPolicy:
                 last_error = type(error).__name__
                 continue
             latency = time.perf_counter() - started
-            if response.status_code in TRANSIENT_STATUS_CODES:
+            if response.status_code in TRANSIENT_HTTP_STATUSES:
                 last_error = f"HTTP {response.status_code}"
                 continue
             if response.status_code >= 400:

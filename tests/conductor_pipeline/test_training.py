@@ -12,6 +12,7 @@ from dataclasses import fields
 
 import pytest
 
+from conductor_pipeline.policies import HFLocalPolicy
 from conductor_pipeline.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.training import (
     REWARD_FUNC_NAME,
@@ -228,4 +229,7 @@ def test_grpo_early_stop_still_writes_a_checkpoint(tiny_model, tmp_path):
     )
     assert outcome.stopped_early and outcome.global_step == 1
     assert outcome.checkpoint_dir == tmp_path / "grpo" / "checkpoint-1"
-    assert (outcome.checkpoint_dir / "model.safetensors").is_file()
+    # A checkpoint is a complete policy: the local HF policy loads and samples from it.
+    policy = HFLocalPolicy(outcome.checkpoint_dir)
+    samples = asyncio.run(policy.propose(short_prompt("q", WORKERS), n=2, temperature=1.0, max_new_tokens=4))
+    assert len(samples) == 2

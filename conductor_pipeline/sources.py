@@ -40,13 +40,15 @@ _HASH_CHUNK_BYTES = 1 << 20
 class DataIntegrityError(ValueError):
     """A data file whose sha256 is not the registered one: refused, never used."""
 
-    def __init__(self, file: str | Path, expected: str, actual: str | None) -> None:
+    def __init__(self, file: str | Path, expected: str, actual: str | None, key: str | None = None) -> None:
         self.file = str(file)
         self.expected = expected
         self.actual = actual
+        self.key = key
+        registered = f"data/sources.yaml, entry {key!r}, field sha256" if key else "data/sources.yaml"
         super().__init__(
             f"refusing data file {self.file}: sha256 {actual or 'unknown'} does not match the "
-            f"registered {expected} (data/sources.yaml). The file is corrupt, truncated or a "
+            f"registered {expected} ({registered}). The file is corrupt, truncated or a "
             "different version; replace it with the registered one."
         )
 
@@ -144,7 +146,7 @@ def verify_file(path: str | Path, source: DataSource) -> Path:
     """`path` if its sha256 is the registered one; DataIntegrityError otherwise."""
     actual = sha256_of(path)
     if actual != source.sha256:
-        raise DataIntegrityError(path, source.sha256, actual)
+        raise DataIntegrityError(path, source.sha256, actual, source.key)
     return Path(path)
 
 
@@ -201,5 +203,5 @@ def _download(source: DataSource, cache_root: Path) -> Path:
             raise
         mismatch = _POOCH_MISMATCH.search(str(exc))
         actual = mismatch.group(1) if mismatch else None
-        raise DataIntegrityError(source.url, source.sha256, actual) from exc
+        raise DataIntegrityError(source.url, source.sha256, actual, source.key) from exc
     return verify_file(fetched, source)  # fills the memo; pooch has already checked the bytes

@@ -175,7 +175,7 @@ async def _run_all_arms(
         naming=recursion_settings.naming if recursion_settings else "ordinal",
         conductor_policy=recursion_policy,
         conductor_temperature=recursion_settings.temperature if recursion_settings else 1.0,
-        conductor_max_new_tokens=recursion_settings.max_new_tokens if recursion_settings else 1024,
+        conductor_max_new_tokens=recursion_settings.effective_max_new_tokens if recursion_settings else 1024,
     )
     done = frozenset(store.query_file("eval_workflows", {"run_id": run_id})["workflow_id"].to_list())
 
@@ -200,7 +200,7 @@ async def _run_all_arms(
             await run(
                 ConductorArm(
                     settings.arm_label, policy, naming=settings.naming, examples=settings.examples(),
-                    temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
+                    temperature=settings.temperature, max_new_tokens=settings.effective_max_new_tokens,
                 )
             )
     finally:

@@ -16,6 +16,9 @@ from conductor_pipeline.tiny_models import build_tiny_causal_lm
 # Where the tiny offline policy is built when no checkpoint is configured: the CPU profile's
 # conductor. It has random weights, so it is the honest weak arm, not a result.
 TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
+# Random weights never write a workflow: longer samples from the tiny default only cost CPU time
+# (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
+TINY_MAX_NEW_TOKENS = 128
 
 
 class ConductorPolicyResource(dg.ConfigurableResource):
@@ -52,6 +55,13 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             return OpenAIEndpointPolicy(self.base_url, self.model, self.api_key_env, name=self.label)
         path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
         return HFLocalPolicy(path, device=self.device, name=self.label or f"hf:{path.name}")
+
+    @property
+    def effective_max_new_tokens(self) -> int:
+        """`max_new_tokens`, capped for the tiny random-weight default (see TINY_MAX_NEW_TOKENS)."""
+        if self.kind == "hf_local" and not self.model_path:
+            return min(self.max_new_tokens, TINY_MAX_NEW_TOKENS)
+        return self.max_new_tokens
 
     def examples(self) -> list[PromptExample]:
         return default_examples(self.n_examples)

@@ -19,7 +19,6 @@ workflow (executed one level deeper; its answer becomes the step's answer) or th
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -11,16 +10,11 @@ import httpx
 import pytest
 import yaml
 
+from conductor_pipeline.backends.local_server import free_port
 from conductor_pipeline.paths import PROJECT_ROOT
 from resources.vllm import VllmLauncherResource
 
 FAKE_VLLM = str(PROJECT_ROOT / "tests" / "conductor_pipeline" / "backends" / "fake_vllm.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_launch_serves_vllm_seats_and_stops_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

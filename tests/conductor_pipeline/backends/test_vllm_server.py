@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from conductor_pipeline.backends.local_server import free_port
 from conductor_pipeline.backends.openai_compat import OpenAICompatWorker
 from conductor_pipeline.backends.vllm_server import VllmPool, VllmServer, VllmServerError, vllm_serve_argv
 from conductor_pipeline.paths import PROJECT_ROOT
@@ -24,12 +24,6 @@ from conductor_pipeline.records import CallStatus
 from .conftest import make_request
 
 FAKE_VLLM = [sys.executable, str(Path(__file__).with_name("fake_vllm.py"))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def vllm_seat(name: str = "q4", fraction: float = 0.3, port: int = 8100, **extra: object) -> WorkerSeat:

@@ -1,0 +1,131 @@
+"""Deployment profiles: the same assets on Dagster's Kubernetes engines when one machine is outgrown.
+
+`k8s_definitions(base)` returns a copy of the Definitions that
+- runs every step in its own pod (`k8s_job_executor`), with CPU/memory requests on every step;
+- asks for a GPU on the steps in the Dagster concurrency pool `gpu` (training, vLLM), found by
+  their `pool` attribute, through `dagster-k8s/config` op tags (so the UI shows them per step);
+- launches probe partitions as one run per worker (a multi-run backfill policy), so a backfill
+  over the pool fans out into separate runs and pods instead of one step probing every worker.
+
+Nothing here needs a cluster to import or validate; `deploy/k8s/values.yaml` configures the
+Helm chart's K8sRunLauncher that actually launches the runs. The profile is opt-in: definitions
+apply it when $CORYPHAEUS_PROFILE is `k8s` (see `profile_from_env`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+from dagster_k8s import k8s_job_executor
+
+# Knobs, with their reason.
+PROFILE_ENV = "CORYPHAEUS_PROFILE"
+K8S_PROFILE = "k8s"
+# The Dagster concurrency pool of training and vLLM steps (assets/training.py declares it on its assets).
+GPU_POOL = "gpu"
+K8S_CONFIG_TAG = "dagster-k8s/config"
+# Every step: enough for DuckDB aggregations over a few million call rows and the replay pools.
+CPU_STEP_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "1", "memory": "4Gi"},
+    "limits": {"memory": "8Gi"},
+}
+# GPU steps: one whole GPU (GRPO on a 7B policy with LoRA, or one vLLM server), plus host RAM for
+# the dataloader and checkpoint writes. Limits must equal requests for extended resources.
+GPU_STEP_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+    "limits": {"memory": "96Gi", "nvidia.com/gpu": "1"},
+}
+# GPU nodes are usually tainted so that CPU pods stay off them.
+GPU_TOLERATIONS: list[dict[str, str]] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+# Probe partitions per run in a backfill: 1 = one run (and pod) per worker.
+PROBE_PARTITIONS_PER_RUN = 1
+# Step pods a single run may hold at once; the gpu pool's own limit still serialises GPU steps.
+MAX_CONCURRENT_STEP_PODS = 16
+
+
+def gpu_step_k8s_config() -> dict[str, Any]:
+    """The `dagster-k8s/config` tag value of a GPU step (a dict: the k8s executor reads it as is)."""
+    return {
+        "container_config": {"resources": GPU_STEP_RESOURCES},
+        "pod_spec_config": {"tolerations": GPU_TOLERATIONS},
+    }
+
+
+def cpu_step_k8s_config() -> dict[str, Any]:
+    """The `dagster-k8s/config` tag value of every other step."""
+    return {"container_config": {"resources": CPU_STEP_RESOURCES}}
+
+
+def k8s_executor() -> dg.ExecutorDefinition:
+    """One pod per step; every step gets the CPU defaults, GPU steps' op tags deep-merge over them."""
+    return k8s_job_executor.configured(
+        {"step_k8s_config": cpu_step_k8s_config(), "max_concurrent": MAX_CONCURRENT_STEP_PODS},
+        name="k8s_step_per_pod",
+    )
+
+
+def in_pool(asset: dg.AssetsDefinition, pool: str) -> bool:
+    """True when the op computing `asset` is governed by the Dagster concurrency pool `pool`."""
+    return asset.is_executable and asset.op.pool == pool
+
+
+def with_op_tags(asset: dg.AssetsDefinition, extra_tags: Mapping[str, Any]) -> dg.AssetsDefinition:
+    """A copy of `asset` whose op carries `extra_tags` (later keys win); the compute function is the same.
+
+    Dagster has no public way to re-tag an existing asset's op (`op_tags` exists only on the
+    decorator), so the op is rebuilt from its own parts; the test materializes a rebuilt op.
+    """
+    op = asset.op
+    tagged_op = dg.OpDefinition(
+        compute_fn=op.compute_fn,
+        name=op.name,
+        ins={d.name: dg.In.from_definition(d) for d in op.input_defs},
+        outs={d.name: dg.Out.from_definition(d) for d in op.output_defs},
+        description=op.description,
+        config_schema=op.config_schema,
+        required_resource_keys=op.required_resource_keys,
+        tags={**op.tags, **extra_tags},
+        retry_policy=op.retry_policy,
+        code_version=op.version,
+        pool=op.pool,
+    )
+    return dg.AssetsDefinition.dagster_internal_init(**{**asset.get_attributes_dict(), "node_def": tagged_op})
+
+
+def _k8s_asset(asset: Any) -> Any:
+    if not isinstance(asset, dg.AssetsDefinition) or not asset.is_executable:
+        return asset  # AssetSpecs, source assets: nothing runs, nothing to place
+    if in_pool(asset, GPU_POOL):
+        asset = with_op_tags(asset, {K8S_CONFIG_TAG: gpu_step_k8s_config()})
+    if asset.partitions_def is not None and asset.backfill_policy is not None:
+        # A single-run policy probes every worker in one step; on a cluster each worker gets its own run.
+        asset = asset.with_attributes(backfill_policy=dg.BackfillPolicy.multi_run(PROBE_PARTITIONS_PER_RUN))
+    return asset
+
+
+def k8s_definitions(base: dg.Definitions) -> dg.Definitions:
+    """`base` with the Kubernetes step executor, GPU requests on the `gpu` pool's steps, and fanned-out probes."""
+    return dg.Definitions(
+        assets=[_k8s_asset(asset) for asset in base.assets or []],
+        asset_checks=base.asset_checks,
+        jobs=base.jobs,
+        schedules=base.schedules,
+        sensors=base.sensors,
+        resources=base.resources,
+        loggers=base.loggers,
+        metadata=base.metadata,
+        executor=k8s_executor(),
+    )
+
+
+def profile_from_env(base: dg.Definitions) -> dg.Definitions:
+    """The Definitions for the profile named by $CORYPHAEUS_PROFILE (unset or `local`: `base` as is)."""
+    profile = os.environ.get(PROFILE_ENV, "local")
+    if profile == "local":
+        return base
+    if profile == K8S_PROFILE:
+        return k8s_definitions(base)
+    raise ValueError(f"${PROFILE_ENV}={profile!r}: expected 'local' or {K8S_PROFILE!r}")

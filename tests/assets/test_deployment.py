@@ -1,0 +1,98 @@
+"""The Kubernetes profile: loads, validates, and places each step where it belongs (no cluster needed)."""
+
+# No `from __future__ import annotations`: Dagster reads the context annotation as a class.
+import dagster as dg
+import pytest
+from dagster_k8s.job import get_user_defined_k8s_config
+
+from assets.definitions import defs as project_defs
+from assets.deployment import (
+    GPU_POOL,
+    K8S_CONFIG_TAG,
+    PROFILE_ENV,
+    in_pool,
+    k8s_definitions,
+    profile_from_env,
+    with_op_tags,
+)
+
+
+@dg.asset(pool=GPU_POOL, op_tags={"team": "training"})
+def gpu_trained(context: dg.AssetExecutionContext, upstream_rows: int) -> int:
+    """Stands in for a training asset: in the gpu pool, with an upstream input and its own op tag."""
+    return upstream_rows * 2
+
+
+@dg.asset
+def upstream_rows() -> int:
+    return 21
+
+
+def _step_k8s_config(defs: dg.Definitions, asset_key: str) -> dict:
+    """The k8s config the step executor will read from this asset's step tags."""
+    job = defs.resolve_implicit_global_asset_job_def()
+    node = next(n for n in job.graph.nodes if n.definition.name == defs.get_assets_def(asset_key).op.name)
+    return get_user_defined_k8s_config(node.tags).to_dict()
+
+
+@pytest.fixture(scope="module")
+def k8s_project_defs() -> dg.Definitions:
+    return k8s_definitions(project_defs)
+
+
+def test_project_definitions_load_and_validate_under_k8s_profile(k8s_project_defs: dg.Definitions) -> None:
+    dg.Definitions.validate_loadable(k8s_project_defs)
+    for job in k8s_project_defs.resolve_all_job_defs():
+        assert job.executor_def.name == "k8s_step_per_pod", job.name
+    assert set(k8s_project_defs.resolve_all_asset_keys()) == set(project_defs.resolve_all_asset_keys())
+
+
+def test_probe_partitions_fan_out_as_one_run_per_worker(k8s_project_defs: dg.Definitions) -> None:
+    probe = k8s_project_defs.get_assets_def("probe_calls")
+    assert probe.backfill_policy == dg.BackfillPolicy.multi_run(1)
+    # The local definitions keep probing every worker in one run (one governor, one process).
+    assert project_defs.get_assets_def("probe_calls").backfill_policy == dg.BackfillPolicy.single_run()
+
+
+def test_gpu_pool_steps_request_a_gpu_and_others_only_cpu(k8s_project_defs: dg.Definitions) -> None:
+    assets = [k8s_project_defs.get_assets_def(key) for key in k8s_project_defs.resolve_all_asset_keys()]
+    assets = [a for a in assets if a.is_executable]
+    gpu_assets = [a for a in assets if in_pool(a, GPU_POOL)]
+    for asset in assets:
+        resources = _step_k8s_config(k8s_project_defs, asset.key)["container_config"].get("resources", {})
+        if asset in gpu_assets:
+            assert resources["requests"]["nvidia.com/gpu"] == "1"
+            assert resources["limits"]["nvidia.com/gpu"] == "1"
+        else:  # CPU/memory come from the executor's step defaults, merged into every step pod
+            assert "nvidia.com/gpu" not in resources.get("requests", {})
+    job = k8s_project_defs.resolve_implicit_global_asset_job_def()
+    execution = dg.validate_run_config(job, {})["execution"]["k8s_step_per_pod"]
+    step_defaults = execution["step_k8s_config"]["container_config"]["resources"]
+    assert step_defaults["requests"].keys() == {"cpu", "memory"}
+
+
+def test_profile_retags_a_gpu_asset_and_the_rebuilt_step_still_computes() -> None:
+    base = dg.Definitions(assets=[upstream_rows, gpu_trained])
+    profiled = k8s_definitions(base)
+    dg.Definitions.validate_loadable(profiled)
+
+    config = _step_k8s_config(profiled, "gpu_trained")
+    assert config["container_config"]["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert config["pod_spec_config"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    tagged = profiled.get_assets_def("gpu_trained")
+    assert tagged.op.tags["team"] == "training" and tagged.op.pool == GPU_POOL
+    assert K8S_CONFIG_TAG not in profiled.get_assets_def("upstream_rows").op.tags
+
+    result = dg.materialize([upstream_rows, with_op_tags(gpu_trained, {"extra": "x"})])
+    assert result.success and result.output_for_node("gpu_trained") == 42
+
+
+def test_profile_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = dg.Definitions(assets=[upstream_rows])
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    assert profile_from_env(base) is base
+    monkeypatch.setenv(PROFILE_ENV, "k8s")
+    assert profile_from_env(base).executor.name == "k8s_step_per_pod"
+    monkeypatch.setenv(PROFILE_ENV, "slurm")
+    with pytest.raises(ValueError, match="CORYPHAEUS_PROFILE"):
+        profile_from_env(base)

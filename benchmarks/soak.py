@@ -133,9 +133,10 @@ def write_pool_file(path: Path, endpoint: str, *, name: str = "soak-pool", api_k
     return path
 
 
-def synthetic_questions(n: int, prefix: str = "soak") -> list[Question]:
+def synthetic_questions(n: int, prefix: str = "soak", corpus: str = "gsm8k") -> list[Question]:
+    """`n` questions whose gold is 42 (what the fault server's ok answers box)."""
     return [
-        Question(question_id=f"{prefix}:test:{i}", corpus="gsm8k", split="test",
+        Question(question_id=f"{prefix}:test:{i}", corpus=corpus, split="test",
                  problem=f"Problem {i}: what is 6 times 7?", answer="42")
         for i in range(n)
     ]

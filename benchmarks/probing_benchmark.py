@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -42,6 +43,12 @@ REQUEST = CallRequest(
     messages=tuple(ChatMessage(m["role"], m["content"]) for m in MESSAGES),
     max_tokens=256,
 )
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def drive(call: Callable[[], Awaitable[bool]], n: int) -> tuple[float, int]:
@@ -92,27 +99,33 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"server latency L = {args.latency}s; {args.rounds} rounds x C requests per measurement; "
-          f"median of {args.repeats}")
-    header = f"{'C':>5} {'ideal req/s':>12} {'ours req/s':>11} {'ours/ideal':>11} {'openai req/s':>13} " \
-             f"{'openai/ideal':>13} {'ours/openai':>12} {'failures':>9}"
-    print(header)
+          f"median of {args.repeats}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'C':>5} {'ideal/s':>8} {'ours/s':>7} {'ours/ideal':>10} {'openai/s':>9} {'openai/ideal':>12} "
+          f"{'ours/openai':>11} {'cpu ms/req ours':>15} {'openai':>7} {'server':>7} {'fail':>5}")
     with FaultServer(latency_s=args.latency) as server:
+        assert server.pid is not None
         for concurrency in args.concurrency:
             n = concurrency * args.rounds
             ideal = concurrency / args.latency
-            ours_runs, openai_runs, failures = [], [], 0
+            rates: dict[str, list[float]] = {"ours": [], "openai": []}
+            client_cpu: dict[str, list[float]] = {"ours": [], "openai": []}
+            server_cpu: list[float] = []
+            failures = 0
             for _ in range(args.repeats):  # interleaved, so drift on a shared box hits both alike
-                elapsed, failed = asyncio.run(measure_ours(server.base_url, concurrency, args.rounds))
-                ours_runs.append(n / elapsed)
-                failures += failed
-                elapsed, failed = asyncio.run(measure_openai(server.base_url, concurrency, args.rounds))
-                openai_runs.append(n / elapsed)
-                failures += failed
-            ours, base = statistics.median(ours_runs), statistics.median(openai_runs)
-            print(f"{concurrency:>5} {ideal:>12.1f} {ours:>11.1f} {ours / ideal:>11.1%} {base:>13.1f} "
-                  f"{base / ideal:>13.1%} {ours / base:>12.2f} {failures:>9}")
+                for name, measure in (("ours", measure_ours), ("openai", measure_openai)):
+                    cpu0, server0 = time.process_time(), process_cpu_s(server.pid)
+                    elapsed, failed = asyncio.run(measure(server.base_url, concurrency, args.rounds))
+                    client_cpu[name].append((time.process_time() - cpu0) / (n + concurrency) * 1e3)
+                    server_cpu.append((process_cpu_s(server.pid) - server0) / (n + concurrency) * 1e3)
+                    rates[name].append(n / elapsed)
+                    failures += failed
+            ours, base = statistics.median(rates["ours"]), statistics.median(rates["openai"])
+            print(f"{concurrency:>5} {ideal:>8.1f} {ours:>7.1f} {ours / ideal:>10.1%} {base:>9.1f} "
+                  f"{base / ideal:>12.1%} {ours / base:>11.2f} {statistics.median(client_cpu['ours']):>15.2f} "
+                  f"{statistics.median(client_cpu['openai']):>7.2f} {statistics.median(server_cpu):>7.2f} "
+                  f"{failures:>5}", flush=True)
         peak = server.stats().peak_in_flight
-    print(f"server peak in flight: {peak}")
+    print(f"server peak in flight: {peak}; cpu ms/req counts warm-up requests and client set-up")
 
 
 if __name__ == "__main__":

@@ -179,7 +179,8 @@ class OpenAICompatWorker:
         rng: random.Random | None = None,
     ) -> None:
         if not seat.endpoint:
-            raise ValueError(f"worker {seat.name!r} has no endpoint")
+            hint = " (a vllm seat gets one from VllmLauncherResource.launch())" if seat.backend == "vllm" else ""
+            raise ValueError(f"worker {seat.name!r} has no endpoint{hint}")
         self.name = seat.name
         self.seat = seat
         self.retry = retry

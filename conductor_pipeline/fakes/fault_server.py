@@ -406,6 +406,11 @@ class FaultServer:
         self._admin: httpx.Client | None = None
 
     @property
+    def pid(self) -> int | None:
+        """The server process id (benchmarks read its CPU time to tell client cost from server cost)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def root_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 

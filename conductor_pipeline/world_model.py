@@ -515,11 +515,11 @@ class WorldModel:
             "rows": frame.height,
             "questions": frame["question_id"].n_unique(),
             "workers": frame["worker"].n_unique(),
-            "base_rate": float(labels.mean()),
+            "base_rate": round(float(labels.mean()), 4),
             "features": len(kept_names),
             "text_representation": settings.text_representation,
-            "boosting_rounds": rounds,
-            "early_stopping_logloss": validation_logloss,
+            "boosting_rounds": int(rounds),
+            "early_stopping_logloss": None if validation_logloss is None else round(float(validation_logloss), 4),
         }
         return model
 

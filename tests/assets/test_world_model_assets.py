@@ -1,0 +1,67 @@
+"""world_model and world_model_report on a synthetic warehouse whose truth is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import yaml
+
+from assets.world_model import BEATS_MARGINAL_CHECK, WORLD_MODEL_ASSETS
+from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model import WorldModel
+from resources.pool import PoolResource
+from resources.warehouse import WarehouseResource
+from tests.conductor_pipeline.test_world_model import _frame, _questions, _seats, _specialist_skill
+
+FAST_CONFIG = {"num_threads": 1, "text_components": 8, "question_folds": 3, "worker_folds": 3, "n_bootstrap": 40}
+
+
+def _fill(tmp_path: Path) -> tuple[Path, Path]:
+    questions = _questions(360, seed=21)
+    frame = _frame(questions, _specialist_skill, seed=22)
+    path = tmp_path / "warehouse.duckdb"
+    store = Warehouse(path)
+    store.insert("questions", questions)
+    calls = frame.select(
+        call_id=pl.col("question_id") + "|" + pl.col("worker"),
+        run_id=pl.lit("r1"),
+        kind=pl.lit("probe"),
+        question_id="question_id",
+        worker="worker",
+        sample=pl.lit(0, dtype=pl.Int32),
+        subtask=pl.lit(None, dtype=pl.String),  # a probe of the whole question carries no subtask text
+        correct="correct",
+        status=pl.lit("ok"),
+        pool=pl.lit("synthetic"),
+    )
+    unscored = calls.head(20).with_columns(call_id=pl.col("call_id") + "|t", correct=pl.lit(None, dtype=pl.Boolean), status=pl.lit("transient"))
+    store.insert("calls", pl.concat([calls, unscored]))
+    pool_file = tmp_path / "synthetic.yaml"
+    seats = [seat.model_dump(exclude_none=True, exclude={"vllm"}) for seat in _seats().values()]
+    pool_file.write_text(yaml.safe_dump({"name": "synthetic", "workers": seats}))
+    return path, pool_file
+
+
+def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None:
+    warehouse_path, pool_file = _fill(tmp_path)
+    result = dg.materialize(
+        WORLD_MODEL_ASSETS,
+        resources={"warehouse": WarehouseResource(database=str(warehouse_path)), "pool": PoolResource(pool=str(pool_file))},
+        run_config={"ops": {name: {"config": FAST_CONFIG} for name in ("world_model", "world_model_report")}},
+    )
+    assert result.success
+    fitted = {k: v.value for k, v in result.asset_materializations_for_node("world_model")[0].metadata.items()}
+    assert fitted["rows"] == 360 * 6  # the 20 transient calls are not training rows
+    assert fitted["cost_model"].startswith("not trained")
+    model = WorldModel.load(fitted["model_path"])
+    assert model.predict_success(_questions(2, seed=23), list(_seats())).shape == (2, 6)
+
+    report = {k: v.value for k, v in result.asset_materializations_for_node("world_model_report")[0].metadata.items()}
+    assert "BEATS worker_marginal" in report["verdict"]
+    assert report["beats_worker_marginal"] is True
+    assert "data:image/png;base64," in report["reliability_diagram"]
+    assert "headroom_recovered[synthetic]" in report
+    check = result.get_asset_check_evaluations()[0]
+    assert check.check_name == BEATS_MARGINAL_CHECK and check.passed

@@ -1,0 +1,750 @@
+"""Training assets: the contested set, the warm start, the zero-variance probe and its gate, GRPO.
+
+The chain decides whether a GPU-hour is aimed at a validated target:
+
+    pass_rates -> contested_set [blocking check: size]
+               -> warm_start_policy (SFT on synthetic valid workflows)
+               -> grpo_probe_run (short GRPO) [blocking check: zero_variance_gate]
+               -> conductor_checkpoint (GRPO, checkpoints, resumable)
+
+Only the *train* split (`conductor_pipeline.splits`) enters the contested set, and so the probe
+and training. Rollouts are parsed and executed against the pool through the orchestrator
+(replay pools make this free). A failed blocking check stops training in the same run; in later
+runs `conductor_checkpoint` reads the persisted gate verdict and refuses unless it passed on the
+latest probe run. Training steps run in the Dagster concurrency pool `gpu` (one at a time).
+
+(No `from __future__ import annotations`: Dagster checks the `context` annotation as a class.)
+"""
+
+import asyncio
+import base64
+import io
+import json
+import math
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+from tabulate import tabulate
+
+from assets.probing import _artifact_dir, pass_rates
+from conductor_pipeline.backends.base import Worker
+from conductor_pipeline.calibration import (
+    BAND_HIGH,
+    BAND_LOW,
+    ContestedRule,
+    pass_rate_histogram,
+    select_contested,
+)
+from conductor_pipeline.gates import (
+    GateClosedError,
+    GateVerdict,
+    evaluate_zero_variance,
+    read_verdict,
+    require_open,
+    write_verdict,
+)
+from conductor_pipeline.governor import Governor
+from conductor_pipeline.orchestrator import Orchestrator
+from conductor_pipeline.pass_rates import pass_rate_table
+from conductor_pipeline.policies import HFLocalPolicy
+from conductor_pipeline.pools import PoolConfig
+from conductor_pipeline.prompt import (
+    CatalogueEntry,
+    PromptExample,
+    build_conductor_prompt,
+    catalogue_from_pool,
+    default_examples,
+    displayed_worker_names,
+)
+from conductor_pipeline.records import Question
+from conductor_pipeline.splits import split_fingerprint, split_of
+from conductor_pipeline.synthetic import synthetic_workflows
+from conductor_pipeline.training import (
+    SFT_LOG_HISTORY,
+    GRPOSettings,
+    RolloutVerdict,
+    TrainingOutcome,
+    _checkpoint_step,
+    _last_checkpoint,
+    conductor_prompt_rows,
+    make_conductor_reward,
+    train_grpo,
+    warm_start_sft,
+)
+from conductor_pipeline.warehouse import Warehouse, load_sql
+from conductor_pipeline.workflow import WorkflowParseError, parse_workflow
+from resources.pool import PoolResource
+from resources.trainer import TrainerResource
+from resources.warehouse import WarehouseResource
+
+GROUP = "training"
+# Training, the probe and the warm start share one GPU: Dagster runs one step of pool `gpu` at a time.
+GPU_POOL = "gpu"
+# "200 steps over 33 questions is memorisation": the contested set must be at least this large.
+DEFAULT_MIN_CONTESTED = 100
+# Progress lines at most this often (a CPU step takes about a second, a GPU step minutes).
+PROGRESS_LOG_INTERVAL_S = 10.0
+# Parse rate before/after the warm start: this many prompts x samples (cheap, and enough to see 0 -> most).
+PARSE_CHECK_PROMPTS = 4
+PARSE_CHECK_SAMPLES = 4
+# Synthetic warm-start pairs are drawn this many per random sub-pool (the GRPO prompts show sub-pools).
+SFT_PAIRS_PER_SUBPOOL = 8
+PROBE_MANIFEST = "latest_probe.json"
+NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the probe here)"
+
+
+# ---------------------------------------------------------------------------- shared helpers
+
+
+def _png_markdown(png: bytes, alt: str) -> dg.MetadataValue:
+    return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
+
+
+def _png_bytes(figure) -> bytes:
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def _train_only(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose question is on the train side of the project's split: nothing else may train."""
+    return frame.filter(pl.col("question_id").map_elements(lambda q: split_of(q) == "train", return_dtype=pl.Boolean))
+
+
+def _contested_paths(warehouse: WarehouseResource, pool_name: str) -> tuple[Path, Path]:
+    folder = _artifact_dir(warehouse, "contested_set")
+    return folder / f"{pool_name}.parquet", folder / f"{pool_name}.json"
+
+
+def read_contested_manifest(warehouse: WarehouseResource, pool_name: str) -> dict:
+    """The contested set's manifest (rule, counts, question ids); Failure if not materialized."""
+    _, manifest_path = _contested_paths(warehouse, pool_name)
+    if not manifest_path.is_file():
+        raise dg.Failure(f"no contested set for pool {pool_name!r} at {manifest_path}: materialize contested_set first")
+    return json.loads(manifest_path.read_text())
+
+
+def _contested_questions(store: Warehouse, manifest: Mapping) -> list[Question]:
+    ids = list(manifest["question_ids"])
+    leaked = [q for q in ids if split_of(q) != "train"]
+    if leaked:  # the manifest is a file: refuse one edited or built under another split
+        raise dg.Failure(f"{len(leaked)} contested questions are not in the train split (e.g. {leaked[:3]})")
+    frame = store.query_file("questions_by_ids", {"ids": ids})
+    if frame.height != len(ids):
+        raise dg.Failure(f"{len(ids) - frame.height} contested questions are missing from the questions table")
+    return [Question(**row) for row in frame.iter_rows(named=True)]
+
+
+def _contested_inputs(warehouse: WarehouseResource, pool: PoolResource) -> tuple[PoolConfig, Warehouse, list[Question]]:
+    pool_config = pool.load()
+    store = warehouse.get_warehouse()
+    return pool_config, store, _contested_questions(store, read_contested_manifest(warehouse, pool_config.name))
+
+
+def _seat_catalogue(pool_config: PoolConfig) -> dict[str, CatalogueEntry]:
+    return {entry.name: entry for entry in catalogue_from_pool(pool_config)}
+
+
+def _examples(trainer: TrainerResource) -> list[PromptExample]:
+    return default_examples(trainer.n_prompt_examples)
+
+
+def _prompt_rows(
+    questions: Sequence[Question], pool_config: PoolConfig, trainer: TrainerResource, settings: GRPOSettings
+) -> list[dict]:
+    """GRPO dataset rows: each question with the (possibly random) sub-pool its prompt shows."""
+    catalogue = _seat_catalogue(pool_config)
+    examples = _examples(trainer)
+
+    def build_messages(question: Question, shown: Sequence[str]) -> list[dict]:
+        return build_conductor_prompt(question, [catalogue[n] for n in shown], naming=trainer.naming, examples=examples)
+
+    return conductor_prompt_rows(
+        questions,
+        pool_config.worker_names,
+        build_messages,
+        randomize_pools=settings.randomize_pools,
+        min_pool_size=settings.min_pool_size,
+        seed=settings.seed,
+    )
+
+
+class PoolExecutor:
+    """The reward's `execute`: parse a rollout against the sub-pool its prompt showed, run it, grade it.
+
+    Orchestrators and governors are built per event loop (asyncio primitives bind to the loop that
+    first waits on them; TRL awaits async rewards on its own loop thread) and per shown sub-pool.
+    Nothing is recorded: the per-step aggregates go to `training_steps`.
+    """
+
+    def __init__(self, pool_config: PoolConfig, workers: Mapping[str, Worker], questions: Sequence[Question], naming: str):
+        self.pool = pool_config
+        self.workers = dict(workers)
+        self.questions = {q.question_id: q for q in questions}
+        self.naming = naming
+        self._orchestrators: dict[tuple[int, tuple[str, ...]], Orchestrator] = {}
+        self._governors: dict[int, Governor] = {}
+
+    def _orchestrator(self, shown: tuple[str, ...]) -> Orchestrator:
+        loop_id = id(asyncio.get_running_loop())
+        key = (loop_id, shown)
+        if key not in self._orchestrators:
+            governor = self._governors.setdefault(loop_id, Governor.from_pool(self.pool))
+            sub_pool = self.pool.model_copy(update={"workers": [self.pool.seat(name) for name in shown]})
+            self._orchestrators[key] = Orchestrator(sub_pool, self.workers, governor, None, naming=self.naming)
+        return self._orchestrators[key]
+
+    async def __call__(self, completion: str, row: dict) -> RolloutVerdict:
+        orchestrator = self._orchestrator(tuple(row["workers"]))
+        parse_code, correct = await orchestrator.score_completion(self.questions[row["question_id"]], completion)
+        return RolloutVerdict(parse_code, correct)
+
+
+def _warehouse_row(run_id: str, phase: str, row: Mapping) -> dict:
+    """A `training_steps` row from a `step_row` dict (TRL's logs plus our parse-code tally)."""
+    counts = dict(row.get("parse_code_counts") or {})
+    fail_rate = row.get("parse_fail_rate")
+    if fail_rate is None and counts:
+        scored = sum(n for code, n in counts.items() if code != "infrastructure")
+        fail_rate = (scored - counts.get("ok", 0)) / scored if scored else None
+    return {
+        "run_id": run_id,
+        "step": int(row["step"]),
+        "phase": phase,
+        "reward_mean": row.get("reward_mean"),
+        "reward_std": row.get("reward_std"),
+        "frac_zero_std": row.get("frac_zero_std"),
+        "parse_fail_rate": fail_rate,
+        "parse_codes": json.dumps(counts, sort_keys=True),
+        "group_size": row.get("group_size"),
+        "completion_length": row.get("completion_length_mean"),
+        "loss": row.get("loss"),
+        "learning_rate": row.get("learning_rate"),
+        "infra_excluded": row.get("infra_fail_rate"),
+    }
+
+
+def _run_grpo(
+    context: dg.AssetExecutionContext,
+    *,
+    store: Warehouse,
+    pool: PoolResource,
+    pool_config: PoolConfig,
+    questions: Sequence[Question],
+    trainer: TrainerResource,
+    settings: GRPOSettings,
+    output_dir: Path,
+    run_id: str,
+    phase: str,
+    resume: bool,
+) -> TrainingOutcome:
+    """GRPO on `questions` with rollouts executed against the pool; one warehouse row per step."""
+    rows = _prompt_rows(questions, pool_config, trainer, settings)
+    executor = PoolExecutor(pool_config, pool.build_workers(), questions, trainer.naming)
+    reward = make_conductor_reward(
+        executor, settings.reward_variant, cost_weight=settings.cost_weight, group_size=settings.num_generations
+    )
+    started = time.monotonic()
+    last_log = [0.0]
+    first_step: list[int] = []
+    time_limit = trainer.time_limit_s if phase == "grpo" else None
+
+    def on_step(step: dict) -> bool:
+        store.insert("training_steps", [_warehouse_row(run_id, phase, step)])
+        first_step[:1] = first_step[:1] or [step["step"]]
+        elapsed = time.monotonic() - started
+        done = step["step"] - first_step[0] + 1
+        if elapsed - last_log[0] >= PROGRESS_LOG_INTERVAL_S or step["step"] >= settings.max_steps:
+            last_log[0] = elapsed
+            context.log.info(
+                f"{phase} {run_id}: step {step['step']}/{settings.max_steps} ({elapsed / done:.1f} s/step); "
+                f"reward {_fmt(step.get('reward_mean'))}, zero-std groups {_fmt(step.get('frac_zero_std'))} "
+                f"(group size {settings.num_generations}), parse failures {_fmt(step.get('parse_fail_rate'))}"
+            )
+        return bool(time_limit and elapsed > time_limit)
+
+    context.log.info(
+        f"{phase} {run_id}: {len(rows)} prompts, {settings.questions_per_step} questions x "
+        f"{settings.num_generations} rollouts per step, {settings.max_steps} steps, output {output_dir}"
+    )
+    return train_grpo(
+        trainer.start_policy_path(pool_config.name), rows, reward, settings, output_dir, on_step=on_step, resume=resume
+    )
+
+
+def _fmt(value: object, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _code_rates(frame: pl.DataFrame) -> dict[str, list[float]]:
+    """Per parse failure code: its share of scored rollouts at each step (from the JSON tallies)."""
+    tallies = [json.loads(raw) if raw else {} for raw in frame["parse_codes"].to_list()]
+    codes = sorted({c for t in tallies for c in t} - {"ok", "infrastructure"})
+    totals = [sum(n for c, n in t.items() if c != "infrastructure") or 1 for t in tallies]
+    return {code: [t.get(code, 0) / total for t, total in zip(tallies, totals, strict=True)] for code in codes}
+
+
+def training_curves_png(frame: pl.DataFrame, title: str, threshold: float | None = None) -> bytes:
+    """PNG: reward mean +- std, zero-variance fraction, parse-failure rate by code, completion length."""
+    import matplotlib  # noqa: PLC0415 (plotting only here)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    steps = frame["step"].to_numpy()
+
+    def column(name: str):
+        return frame[name].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+    figure, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
+    reward, std = column("reward_mean"), column("reward_std")
+    axes[0, 0].plot(steps, reward, marker=".", color="#4472c4")
+    axes[0, 0].fill_between(steps, reward - std, reward + std, alpha=0.2, color="#4472c4")
+    axes[0, 0].set_title("reward (mean +- std over rollouts)", fontsize=9)
+    axes[0, 1].plot(steps, column("frac_zero_std"), marker=".", color="#c00000")
+    if threshold is not None:
+        axes[0, 1].axhline(threshold, linestyle="--", color="grey", label=f"gate: < {threshold:.2f}")
+        axes[0, 1].legend(fontsize=7)
+    group = frame["group_size"].drop_nulls()
+    axes[0, 1].set_title(f"zero-variance groups (group size {group[0] if len(group) else '?'})", fontsize=9)
+    axes[0, 1].set_ylim(-0.02, 1.02)
+    axes[1, 0].plot(steps, column("parse_fail_rate"), marker=".", color="black", label="all codes")
+    for code, rates in _code_rates(frame).items():
+        axes[1, 0].plot(steps, rates, linewidth=1, label=code)
+    axes[1, 0].set_title("parse-failure rate by code", fontsize=9)
+    axes[1, 0].set_ylim(-0.02, 1.02)
+    axes[1, 0].legend(fontsize=6)
+    axes[1, 1].plot(steps, column("completion_length"), marker=".", color="#548235")
+    axes[1, 1].set_title("mean completion length (tokens)", fontsize=9)
+    for axis in axes.flat:
+        axis.tick_params(labelsize=7)
+    figure.supxlabel("step", fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    return _png_bytes(figure)
+
+
+def _curve_metadata(store: Warehouse, run_id: str, title: str, png_path: Path, threshold: float | None = None) -> dict:
+    frame = store.query_file("training_steps_of_run", {"run_id": run_id})
+    if frame.is_empty():
+        return {}
+    png = training_curves_png(frame, title, threshold)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    png_path.write_bytes(png)
+    last = frame.row(-1, named=True)
+    codes: dict[str, int] = {}
+    for raw in frame["parse_codes"].to_list():
+        for code, n in (json.loads(raw) if raw else {}).items():
+            codes[code] = codes.get(code, 0) + n
+    return {
+        "curves": _png_markdown(png, title),
+        "curves_path": dg.MetadataValue.path(str(png_path)),
+        "steps_logged": dg.MetadataValue.int(frame.height),
+        "last_reward_mean": dg.MetadataValue.float(float(last["reward_mean"] or 0.0)),
+        "last_parse_fail_rate": dg.MetadataValue.float(float(last["parse_fail_rate"] or 0.0)),
+        "parse_code_counts": dg.MetadataValue.md(
+            tabulate(sorted(codes.items(), key=lambda kv: -kv[1]), headers=["outcome", "rollouts"], tablefmt="github")
+        ),
+    }
+
+
+# ---------------------------------------------------------------------------- contested set
+
+
+class ContestedConfig(dg.Config):
+    """The contested-set rule (conductor_pipeline.calibration.ContestedRule) and the size floor."""
+
+    weak: str | None = Field(None, description="Weak worker; empty: the pool's worst by marginal accuracy")
+    strong: str | None = Field(None, description="Strong worker; empty: the pool's best by marginal accuracy")
+    band_low: float = Field(BAND_LOW, ge=0, le=1, description="Contested if some worker's pass rate is <= this ...")
+    band_high: float = Field(BAND_HIGH, ge=0, le=1, description="... and some worker's is >= this")
+    confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of the Wilson intervals that must separate")
+    min_size: int = Field(
+        DEFAULT_MIN_CONTESTED, ge=0, description="The size check fails below this ('200 steps over 33 questions is memorisation')"
+    )
+
+
+def _flip_table(flips: Mapping[str, int] | None) -> dg.MetadataValue:
+    if flips is None:
+        return dg.MetadataValue.text(NO_FLIPS_NOTE)
+    rows = sorted(flips.items())
+    return dg.MetadataValue.md(tabulate(rows, headers=["one-sample -> k-sample class", "questions"], tablefmt="github"))
+
+
+@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"parquet"})
+def contested_set(
+    context: dg.AssetExecutionContext, config: ContestedConfig, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """Train-split questions that carry a routing decision, re-computed from the cached probes (no new calls)."""
+    pool_config = pool.load()
+    store = warehouse.get_warehouse()
+    workers = pool_config.worker_names
+    # successes arrives as DECIMAL(38,0) (count_if is HUGEINT): integer division would truncate rates.
+    rates = (
+        _train_only(pass_rate_table(store, pool_config.name))
+        .filter(pl.col("worker").is_in(workers))
+        .select("question_id", "worker", pl.col("samples").cast(pl.Int64), pl.col("successes").cast(pl.Int64))
+    )
+    if rates.is_empty():
+        raise dg.Failure(f"no train-split probe pass rates for pool {pool_config.name!r}: materialize pass_rates first")
+    first = _train_only(store.query_file("first_probe_samples", {"pool": pool_config.name})).filter(
+        pl.col("worker").is_in(workers)
+    )
+    rule = ContestedRule(
+        weak=config.weak, strong=config.strong, band_low=config.band_low, band_high=config.band_high,
+        confidence=config.confidence,
+    )
+    try:
+        selection = select_contested(rates, rule, first_samples=first)
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from exc
+    leaked = [q for q in selection.question_ids if split_of(q) != "train"]
+    if leaked:
+        raise dg.Failure(f"contested set would leak {len(leaked)} eval-split questions, e.g. {leaked[:3]}")
+
+    table_path, manifest_path = _contested_paths(warehouse, pool_config.name)
+    chosen = selection.questions.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
+    chosen.write_parquet(table_path)
+    histogram = pass_rate_histogram(rates)
+    manifest = {
+        "pool": pool_config.name,
+        "rule": rule.as_dict(),
+        "weak": selection.weak,
+        "strong": selection.strong,
+        "min_size": config.min_size,
+        "size": chosen.height,
+        "counts": selection.counts,
+        "one_sample_flips": selection.one_sample_flips,
+        "split_fingerprint": split_fingerprint(),
+        "question_ids": selection.question_ids,
+        "dagster_run_id": context.run_id,
+    }
+    tmp = manifest_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(manifest_path)
+    reasons = chosen.group_by("reason").len().sort("reason")
+    samples = rates["samples"]
+    context.log.info(
+        f"contested set of {pool_config.name}: {chosen.height} of {selection.counts['candidates']} train questions "
+        f"(weak {selection.weak}, strong {selection.strong}); written to {table_path}"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "pool": dg.MetadataValue.text(pool_config.name),
+            "size": dg.MetadataValue.int(chosen.height),
+            "min_size": dg.MetadataValue.int(config.min_size),
+            "rule": dg.MetadataValue.json({**rule.as_dict(), "weak_resolved": selection.weak, "strong_resolved": selection.strong}),
+            "counts_per_class": dg.MetadataValue.md(
+                tabulate(list(selection.counts.items()), headers=["class", "questions"], tablefmt="github")
+            ),
+            "counts_per_reason": dg.MetadataValue.md(tabulate(reasons.rows(), headers=["reason", "questions"], tablefmt="github")),
+            "one_sample_flips": _flip_table(selection.one_sample_flips),
+            "pool_mean_pass_rate_histogram": dg.MetadataValue.md(
+                tabulate(histogram.rows(), headers=histogram.columns, tablefmt="github")
+            ),
+            "samples_per_pair": dg.MetadataValue.text(f"min {samples.min()}, max {samples.max()}"),
+            "split_fingerprint": dg.MetadataValue.text(split_fingerprint()),
+            "split": dg.MetadataValue.text("train only"),
+            "table_path": dg.MetadataValue.path(str(table_path)),
+            "manifest_path": dg.MetadataValue.path(str(manifest_path)),
+        }
+    )
+
+
+@dg.asset_check(asset=contested_set, blocking=True, description="The contested set holds at least min_size questions")
+def contested_set_size(warehouse: WarehouseResource, pool: PoolResource) -> dg.AssetCheckResult:
+    """'200 steps over 33 questions is memorisation': a small contested set blocks the probe and training."""
+    manifest = read_contested_manifest(warehouse, pool.load().name)
+    size, floor = int(manifest["size"]), int(manifest["min_size"])
+    return dg.AssetCheckResult(
+        passed=size >= floor,
+        metadata={"size": size, "min_size": floor, "weak": manifest["weak"], "strong": manifest["strong"]},
+        description=f"{size} contested questions; at least {floor} required",
+    )
+
+
+# ---------------------------------------------------------------------------- warm start
+
+
+def _synthetic_pairs(
+    questions: Sequence[Question], pool_config: PoolConfig, trainer: TrainerResource, settings: GRPOSettings
+) -> list[tuple[list[dict], str]]:
+    """Warm-start pairs shaped like the GRPO prompts: the same (random) sub-pools, naming and examples."""
+    catalogue = _seat_catalogue(pool_config)
+    n_subpools = math.ceil(trainer.sft_examples / SFT_PAIRS_PER_SUBPOOL)
+    cycled = [questions[i % len(questions)] for i in range(n_subpools)]
+    subpools = conductor_prompt_rows(
+        cycled, pool_config.worker_names, lambda _q, _shown: [], randomize_pools=settings.randomize_pools,
+        min_pool_size=settings.min_pool_size, seed=settings.seed + 1,
+    )
+    problems = [q.problem for q in questions]
+    examples = _examples(trainer)
+    pairs: list[tuple[list[dict], str]] = []
+    for index, row in enumerate(subpools):
+        n = min(SFT_PAIRS_PER_SUBPOOL, trainer.sft_examples - len(pairs))
+        pairs += synthetic_workflows(
+            problems, [catalogue[name] for name in row["workers"]], n=n, seed=settings.seed + index,
+            naming=trainer.naming, examples=examples,
+        )
+    return pairs
+
+
+def parse_rate(model_path: Path | str, rows: Sequence[dict], naming: str, max_new_tokens: int, samples: int) -> float:
+    """Share of sampled completions (temperature 1) that parse against the workers each prompt showed."""
+    policy = HFLocalPolicy(model_path)
+
+    async def sample_all() -> list[tuple[dict, str]]:
+        texts = []
+        for index, row in enumerate(rows):
+            outputs = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
+            texts += [(row, out.text) for out in outputs]
+        await policy.aclose()
+        return texts
+
+    parsed = 0
+    texts = asyncio.run(sample_all())
+    for row, text in texts:
+        try:
+            parse_workflow(text, displayed_worker_names(row["workers"], naming))
+            parsed += 1
+        except WorkflowParseError:
+            pass
+    return parsed / len(texts) if texts else 0.0
+
+
+def _loss_png(history: list[dict]) -> bytes | None:
+    points = [(h["step"], h["loss"]) for h in history if "loss" in h and "step" in h]
+    if not points:
+        return None
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure, axis = plt.subplots(figsize=(5, 3))
+    axis.plot(*zip(*points, strict=True), marker=".")
+    axis.set_xlabel("step")
+    axis.set_ylabel("SFT loss (workflow tokens)")
+    axis.set_title("warm start: supervised loss", fontsize=9)
+    return _png_bytes(figure)
+
+
+@dg.asset(group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"})
+def warm_start_policy(
+    context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """The policy GRPO starts from: SFT on synthetic valid workflows over the pool's workers (format only)."""
+    pool_config, store, questions = _contested_inputs(warehouse, pool)
+    settings = trainer.grpo_settings()
+    started = time.monotonic()
+    base = trainer.base_policy_path()
+    check_rows = _prompt_rows(questions[:PARSE_CHECK_PROMPTS], pool_config, trainer, settings)
+    before = parse_rate(base, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
+    context.log.info(f"base policy {base}: parse rate {before:.2f} on {len(check_rows) * PARSE_CHECK_SAMPLES} samples")
+    metadata: dict[str, dg.MetadataValue] = {
+        "base_policy": dg.MetadataValue.text(str(base)),
+        "parse_rate_before": dg.MetadataValue.float(before),
+        "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {PARSE_CHECK_SAMPLES} samples, temperature 1"),
+    }
+    if not trainer.sft_warm_start:
+        context.log.info("warm start disabled: GRPO starts from the base policy")
+        return dg.MaterializeResult(metadata={**metadata, "model_path": dg.MetadataValue.path(str(base)), "warm_start": False})
+    pairs = _synthetic_pairs(questions, pool_config, trainer, settings)
+    sft = trainer.sft_settings()
+    context.log.info(f"warm start: {len(pairs)} synthetic pairs, {sft.max_steps} SFT steps")
+    out = warm_start_sft(base, pairs, sft, trainer.warm_start_dir(pool_config.name))
+    after = parse_rate(out, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
+    history_path = out / SFT_LOG_HISTORY
+    history = json.loads(history_path.read_text()) if history_path.is_file() else []
+    elapsed = time.monotonic() - started
+    context.log.info(f"warm start done in {elapsed:.0f}s: parse rate {before:.2f} -> {after:.2f}; model at {out}")
+    metadata.update(
+        model_path=dg.MetadataValue.path(str(out)),
+        warm_start=dg.MetadataValue.bool(True),
+        parse_rate_after=dg.MetadataValue.float(after),
+        synthetic_pairs=dg.MetadataValue.int(len(pairs)),
+        sft_steps=dg.MetadataValue.int(sft.max_steps),
+        final_loss=dg.MetadataValue.float(float(next((h["loss"] for h in reversed(history) if "loss" in h), float("nan")))),
+        elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
+    )
+    png = _loss_png(history)
+    if png is not None:
+        metadata["loss_curve"] = _png_markdown(png, "SFT loss")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+# ---------------------------------------------------------------------------- probe and gate
+
+
+def read_probe_manifest(trainer: TrainerResource, pool_name: str) -> dict | None:
+    path = trainer.probe_dir(pool_name) / PROBE_MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+@dg.asset(group_name=GROUP, deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"})
+def grpo_probe_run(
+    context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """A short GRPO run (default 20 steps) on the contested set: does a group's reward ever vary?"""
+    pool_config, store, questions = _contested_inputs(warehouse, pool)
+    settings = trainer.grpo_settings(steps=trainer.probe_steps)
+    probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
+    output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
+    started = time.monotonic()
+    outcome = _run_grpo(
+        context, store=store, pool=pool, pool_config=pool_config, questions=questions, trainer=trainer,
+        settings=settings, output_dir=output_dir, run_id=probe_run_id, phase="probe", resume=False,
+    )
+    elapsed = time.monotonic() - started
+    # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
+    for checkpoint in output_dir.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    steps = [
+        {"step": s["step"], "frac_zero_std": s["frac_zero_std"], "frac_groups_no_signal": s["frac_groups_no_signal"]}
+        for s in outcome.steps
+    ]
+    manifest = {
+        "probe_run_id": probe_run_id,
+        "dagster_run_id": context.run_id,
+        "group_size": settings.num_generations,
+        "groups_per_step": settings.questions_per_step,
+        "steps": steps,
+        "contested_questions": len(questions),
+    }
+    manifest_path = trainer.probe_dir(pool_config.name) / PROBE_MANIFEST
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    preview = evaluate_zero_variance(
+        steps, probe_run_id=probe_run_id, group_size=settings.num_generations,
+        groups_per_step=settings.questions_per_step, threshold=trainer.zero_variance_threshold,
+    )
+    context.log.info(f"probe {probe_run_id}: {outcome.global_step} steps in {elapsed:.0f}s; {preview.describe()}")
+    return dg.MaterializeResult(
+        metadata={
+            "probe_run_id": dg.MetadataValue.text(probe_run_id),
+            "zero_variance_fraction": dg.MetadataValue.float(preview.figure),
+            "group_size": dg.MetadataValue.int(settings.num_generations),
+            "groups": dg.MetadataValue.int(preview.groups),
+            "threshold": dg.MetadataValue.float(trainer.zero_variance_threshold),
+            "steps": dg.MetadataValue.int(outcome.global_step),
+            "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
+            "seconds_per_step": dg.MetadataValue.float(round(elapsed / max(outcome.global_step, 1), 2)),
+            "settings": dg.MetadataValue.json(settings.describe()),
+            **_curve_metadata(
+                store, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
+                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold,
+            ),
+        }
+    )
+
+
+def _verdict_metadata(verdict: GateVerdict) -> dict[str, object]:
+    return {
+        "zero_variance_fraction": verdict.figure,
+        "group_size": verdict.group_size,
+        "groups": verdict.groups,
+        "steps": verdict.steps,
+        "threshold": verdict.threshold,
+        "probe_run_id": verdict.probe_run_id,
+    }
+
+
+@dg.asset_check(
+    asset=grpo_probe_run,
+    blocking=True,
+    description="Strictly fewer than the threshold (default 20%) of probe groups may have zero reward variance",
+)
+def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource) -> dg.AssetCheckResult:
+    """The gate: judged from the probe's `training_steps` rows; the verdict is persisted for later runs."""
+    pool_name = pool.load().name
+    manifest = read_probe_manifest(trainer, pool_name)
+    if manifest is None:
+        return dg.AssetCheckResult(passed=False, description="no probe run recorded")
+    logged = warehouse.get_warehouse().query_file("training_steps_of_run", {"run_id": manifest["probe_run_id"]})
+    no_signal = {s["step"]: s.get("frac_groups_no_signal") for s in manifest["steps"]}
+    rows = [
+        {"frac_zero_std": r["frac_zero_std"], "frac_groups_no_signal": no_signal.get(r["step"])}
+        for r in logged.iter_rows(named=True)
+    ]
+    verdict = evaluate_zero_variance(
+        rows, probe_run_id=manifest["probe_run_id"], group_size=manifest["group_size"],
+        groups_per_step=manifest["groups_per_step"], threshold=trainer.zero_variance_threshold,
+    )
+    write_verdict(trainer.gate_path(pool_name), verdict)
+    return dg.AssetCheckResult(passed=verdict.passed, metadata=_verdict_metadata(verdict), description=verdict.describe())
+
+
+# ---------------------------------------------------------------------------- training
+
+
+@dg.asset(group_name=GROUP, deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"})
+def conductor_checkpoint(
+    context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """GRPO of the conductor on the contested set: checkpoints every N steps, resumes from the latest."""
+    pool_config = pool.load()
+    manifest = read_probe_manifest(trainer, pool_config.name)
+    try:
+        verdict = require_open(read_verdict(trainer.gate_path(pool_config.name)), manifest and manifest["probe_run_id"])
+    except GateClosedError as exc:
+        raise dg.Failure(str(exc), metadata={"gate_path": str(trainer.gate_path(pool_config.name))}) from exc
+    context.log.info(f"gate open: {verdict.describe()}")
+    _, store, questions = _contested_inputs(warehouse, pool)
+    settings = trainer.grpo_settings()
+    output_dir = trainer.checkpoint_dir(pool_config.name)
+    run_id = f"grpo-{pool_config.name}"
+    resume_step = _checkpoint_step(_last_checkpoint(output_dir))
+    with store.connect() as con:  # steps a killed run logged past its last checkpoint are recomputed
+        con.execute(load_sql("delete_training_steps_after"), {"run_id": run_id, "step": resume_step})
+    started = time.monotonic()
+    outcome = _run_grpo(
+        context, store=store, pool=pool, pool_config=pool_config, questions=questions, trainer=trainer,
+        settings=settings, output_dir=output_dir, run_id=run_id, phase="grpo", resume=True,
+    )
+    elapsed = time.monotonic() - started
+    context.log.info(
+        f"GRPO {run_id}: at step {outcome.global_step} after {elapsed:.0f}s "
+        f"(resumed from {outcome.resumed_from or 'scratch'}); checkpoint {outcome.checkpoint_dir}"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "checkpoint_path": dg.MetadataValue.path(str(outcome.checkpoint_dir)),
+            "step": dg.MetadataValue.int(outcome.global_step),
+            "resumed_from": dg.MetadataValue.text(str(outcome.resumed_from) if outcome.resumed_from else "none"),
+            "stopped_early": dg.MetadataValue.bool(outcome.stopped_early),
+            "group_size": dg.MetadataValue.int(outcome.group_size),
+            "training_run_id": dg.MetadataValue.text(run_id),
+            "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
+            "gate": dg.MetadataValue.json(_verdict_metadata(verdict)),
+            "settings": dg.MetadataValue.json(settings.describe()),
+            **_curve_metadata(
+                store, run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
+                output_dir / "curves.png", trainer.zero_variance_threshold,
+            ),
+        }
+    )
+
+
+TRAINING_ASSETS = [contested_set, warm_start_policy, grpo_probe_run, conductor_checkpoint]
+TRAINING_CHECKS = [contested_set_size, zero_variance_gate]
+
+training_job = dg.define_asset_job(
+    "training_job",
+    selection=dg.AssetSelection.assets(*TRAINING_ASSETS),
+    description="Contested set -> warm start -> GRPO probe (zero-variance gate) -> conductor checkpoint",
+)
+probe_gate_job = dg.define_asset_job(
+    "probe_gate_job",
+    selection=dg.AssetSelection.assets(contested_set, warm_start_policy, grpo_probe_run),
+    description="Everything up to the zero-variance gate, without training: is a GPU-hour worth it?",
+)
+TRAINING_JOBS = [training_job, probe_gate_job]

@@ -1,0 +1,143 @@
+"""The trainer resource: which policy is trained, on which profile, and where its files go.
+
+One typed place for the knobs the training assets share (profile, policy, group size, steps,
+reward variant, randomised pools, warm start, the gate threshold), turned into the library's
+`GRPOSettings` / `SFTSettings`. The CPU profile is the embedded default (a tiny offline model);
+the GPU profile is the paper's run (Qwen2.5-Instruct, vLLM rollouts). Nothing secret lives here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+import dagster as dg
+from pydantic import Field
+
+from conductor_pipeline.gates import ZERO_VARIANCE_THRESHOLD
+from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.training import TINY_POLICY, GRPOSettings, SFTSettings
+
+DEFAULT_OUTPUT_ROOT = ARTIFACTS_DIR / "training"
+# The paper trains a 7B conductor; 1.5B fits a single 24-48 GB GPU with colocated vLLM.
+GPU_DEFAULT_POLICY = "Qwen/Qwen2.5-7B-Instruct"
+# Synthetic warm-start pairs: enough for a 64-wide model to learn the list format in ~60 steps.
+DEFAULT_SFT_EXAMPLES = 256
+# In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where the tiny
+# model's prompt length is its main cost and the warm start teaches the format instead.
+CPU_PROMPT_EXAMPLES = 0
+GPU_PROMPT_EXAMPLES = 4
+
+
+class TrainerResource(dg.ConfigurableResource):
+    """GRPO/SFT configuration of the conductor, per profile (cpu | gpu)."""
+
+    profile: Literal["cpu", "gpu"] = Field("cpu", description="cpu: tiny offline policy (CI, laptops); gpu: Qwen2.5 + vLLM")
+    output_root: str = Field(str(DEFAULT_OUTPUT_ROOT), description="Root folder of models, probe runs, gate verdicts and checkpoints")
+    policy_model: str | None = Field(
+        None, description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, {GPU_DEFAULT_POLICY} on gpu"
+    )
+    reward_variant: Literal["paper", "strict"] = Field(
+        "paper", description="paper: 0 unparseable / 0.5 parsed wrong / 1 correct; strict: 0 / 0 / 1"
+    )
+    randomize_pools: bool = Field(True, description="Each question shows a random subset of the pool (the paper)")
+    naming: Literal["ordinal", "names"] = Field("ordinal", description="Workers shown as 'Model 0..k' (paper) or by name")
+    prompt_examples: int | None = Field(
+        None, ge=0, description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu, {GPU_PROMPT_EXAMPLES} on gpu"
+    )
+    probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (the reproduction: 20)")
+    train_steps: int | None = Field(None, ge=1, description="GRPO steps of the full run; empty: the profile's (cpu 24, gpu 200)")
+    group_size: int | None = Field(None, ge=2, description="Rollouts per question; empty: the profile's (cpu 4, gpu 64)")
+    questions_per_step: int | None = Field(None, ge=1, description="Questions per step; empty: the profile's (cpu 2, gpu 4)")
+    max_completion_length: int | None = Field(None, ge=8, description="Token cap per rollout; empty: the profile's")
+    learning_rate: float | None = Field(None, gt=0, description="Empty: the profile's (cpu 1e-4, gpu 1e-6)")
+    save_steps: int = Field(10, ge=1, description="Checkpoint every N steps; a rerun resumes from the latest")
+    vllm_mode: Literal["colocate", "server"] = Field("colocate", description="gpu: vLLM shares the GPU, or a `trl vllm-serve` server")
+    vllm_server_base_url: str | None = Field(None, description="gpu + server mode: base URL of `trl vllm-serve`")
+    sft_warm_start: bool = Field(True, description="Supervised warm start on synthetic valid workflows before GRPO")
+    sft_examples: int = Field(DEFAULT_SFT_EXAMPLES, ge=1, description="Synthetic warm-start pairs")
+    sft_steps: int | None = Field(None, ge=1, description="Warm-start optimizer steps; empty: the profile's (cpu 60, gpu 100)")
+    time_limit_s: float | None = Field(
+        None, gt=0, description="Stop GRPO early after this many seconds (it still writes a final checkpoint)"
+    )
+    zero_variance_threshold: float = Field(
+        ZERO_VARIANCE_THRESHOLD, gt=0, le=1, description="The gate passes only if the flat-group fraction is strictly below"
+    )
+    seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
+
+    # ------------------------------------------------------------------ settings
+
+    def grpo_settings(self, *, steps: int | None = None) -> GRPOSettings:
+        """The profile's GRPOSettings with this resource's overrides (`steps` overrides train_steps)."""
+        overrides: dict[str, object] = {
+            "reward_variant": self.reward_variant,
+            "randomize_pools": self.randomize_pools,
+            "save_steps": self.save_steps,
+            "seed": self.seed,
+        }
+        for name, value in (
+            ("num_generations", self.group_size),
+            ("questions_per_step", self.questions_per_step),
+            ("max_completion_length", self.max_completion_length),
+            ("learning_rate", self.learning_rate),
+            ("max_steps", steps or self.train_steps),
+        ):
+            if value is not None:
+                overrides[name] = value
+        if self.profile == "gpu":
+            settings = GRPOSettings.gpu_profile(self.policy_model or GPU_DEFAULT_POLICY, vllm_mode=self.vllm_mode)
+            if self.vllm_server_base_url:
+                overrides["vllm_server_base_url"] = self.vllm_server_base_url
+        else:
+            settings = GRPOSettings.cpu_profile()
+            if self.policy_model:
+                overrides["policy_model"] = self.policy_model
+        settings = replace(settings, **overrides)
+        # One optimizer step per generation batch needs batch | rollouts; shrink the micro-batch if not.
+        if settings.rollouts_per_step % (settings.per_device_train_batch_size * settings.num_processes):
+            settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)
+        return settings
+
+    def sft_settings(self) -> SFTSettings:
+        base = SFTSettings.gpu_profile() if self.profile == "gpu" else SFTSettings.cpu_profile()
+        return replace(base, seed=self.seed, **({"max_steps": self.sft_steps} if self.sft_steps else {}))
+
+    @property
+    def n_prompt_examples(self) -> int:
+        if self.prompt_examples is not None:
+            return self.prompt_examples
+        return GPU_PROMPT_EXAMPLES if self.profile == "gpu" else CPU_PROMPT_EXAMPLES
+
+    # ------------------------------------------------------------------ paths
+
+    def pool_dir(self, pool_name: str) -> Path:
+        return Path(self.output_root) / pool_name
+
+    def warm_start_dir(self, pool_name: str) -> Path:
+        return self.pool_dir(pool_name) / "warm_start"
+
+    def probe_dir(self, pool_name: str) -> Path:
+        return self.pool_dir(pool_name) / "probe"
+
+    def gate_path(self, pool_name: str) -> Path:
+        return self.pool_dir(pool_name) / "gates" / "zero_variance_gate.json"
+
+    def checkpoint_dir(self, pool_name: str) -> Path:
+        return self.pool_dir(pool_name) / "grpo"
+
+    def base_policy_path(self) -> Path | str:
+        """The policy before any training: the tiny model (built offline, cached) or a hub id / path."""
+        model = self.grpo_settings().policy_model
+        if model == TINY_POLICY:
+            return build_tiny_causal_lm(Path(self.output_root) / "models" / "tiny-conductor", seed=self.seed)
+        return model
+
+    def start_policy_path(self, pool_name: str) -> Path | str:
+        """What GRPO starts from: the warm-started model when enabled, else the base policy."""
+        return self.warm_start_dir(pool_name) if self.sft_warm_start else self.base_policy_path()
+
+    def describe(self) -> dict[str, object]:
+        """Knobs for metadata (no secrets exist here; endpoints are local URLs)."""
+        return {"profile": self.profile, **self.grpo_settings().describe()}

@@ -1,0 +1,241 @@
+"""The training chain's gates really block, the contested set never leaks eval questions, and
+training resumes from its last checkpoint.
+
+Real components throughout: a DuckDB warehouse in tmp_path with probe rows written directly
+(the pass rates a probe of the replay pool would produce), the replay-mixed6 pool's recorded
+GSM8K answers for rollouts, the tiny offline policy and TRL's GRPOTrainer at toy sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.training import (
+    TRAINING_ASSETS,
+    TRAINING_CHECKS,
+    TRAINING_JOBS,
+    conductor_checkpoint,
+    contested_set,
+    contested_set_size,
+    pass_rates,
+    read_contested_manifest,
+)
+from conductor_pipeline.corpora import load_gsm8k
+from conductor_pipeline.gates import (
+    GateClosedError,
+    evaluate_zero_variance,
+    read_verdict,
+    require_open,
+    write_verdict,
+)
+from conductor_pipeline.splits import split_of
+from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.warehouse import Warehouse
+from resources.pool import PoolResource
+from resources.trainer import TrainerResource
+from resources.warehouse import WarehouseResource
+from tests.shared_data import require_shared_data
+
+POOL = "replay-mixed6"
+WEAK = "llama-3.1-8b"
+WORKERS = ["gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "llama-3.1-405b", "deepseek-v2.5", WEAK]
+SAMPLES = 5  # k samples: 0/5 vs 5/5 Wilson 95% intervals separate (0/3 vs 3/3 do not)
+N_TRAIN, N_EVAL = 6, 3
+# Toy GRPO: 2 questions x 4 rollouts per step, short completions.
+TOY = dict(group_size=4, questions_per_step=2, max_completion_length=24, probe_steps=2, save_steps=10)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture
+def gsm8k(monkeypatch, tmp_path):
+    require_shared_data(monkeypatch, tmp_path / "cache", "gsm8k_test", "zeroeval_outputs")
+    questions = load_gsm8k("test")
+    train = [q for q in questions if split_of(q.question_id) == "train"][:N_TRAIN]
+    held_out = [q for q in questions if split_of(q.question_id) == "eval"][:N_EVAL]
+    return train, held_out
+
+
+def _warehouse(tmp_path: Path, questions, *, weak_correct: bool) -> str:
+    """Questions plus k probe samples per worker: every worker right, except (optionally) the weak one."""
+    database = tmp_path / "warehouse.duckdb"
+    store = Warehouse(database)
+    store.insert("questions", questions)
+    rows = [
+        {
+            "call_id": f"{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "probe", "question_id": q.question_id,
+            "worker": w, "sample": s, "correct": weak_correct or w != WEAK, "status": "ok", "pool": POOL,
+        }
+        for q in questions
+        for w in WORKERS
+        for s in range(SAMPLES)
+    ]
+    store.insert("calls", rows)
+    return str(database)
+
+
+def _resources(database: str, tmp_path: Path, tiny_model: Path, **trainer) -> dict:
+    return {
+        "warehouse": WarehouseResource(database=database),
+        "pool": PoolResource(pool=POOL),
+        "trainer": TrainerResource(output_root=str(tmp_path / "training"), policy_model=str(tiny_model), **{**TOY, **trainer}),
+    }
+
+
+def _chain(resources: dict, min_size: int, selection=TRAINING_ASSETS) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [*TRAINING_ASSETS, *TRAINING_CHECKS, pass_rates],
+        selection=dg.AssetSelection.assets(*selection),
+        resources=resources,
+        run_config=dg.RunConfig(ops={"contested_set": {"config": {"min_size": min_size}}}),
+        raise_on_error=False,
+    )
+
+
+def _materialized(result: dg.ExecuteInProcessResult) -> set[str]:
+    return {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in (ev.asset_check_evaluation_data for ev in result.all_events
+                                             if ev.event_type_value == "ASSET_CHECK_EVALUATION")}
+
+
+def test_contested_set_keeps_only_train_questions_the_pool_splits_on(gsm8k, tmp_path, tiny_model):
+    train, held_out = gsm8k
+    database = _warehouse(tmp_path, [*train, *held_out], weak_correct=False)
+    resources = _resources(database, tmp_path, tiny_model)
+    result = dg.materialize(
+        [contested_set, contested_set_size, pass_rates], selection=dg.AssetSelection.assets(contested_set),
+        resources=resources, run_config=dg.RunConfig(ops={"contested_set": {"config": {"min_size": 100}}}),
+        raise_on_error=False,
+    )
+    manifest = read_contested_manifest(resources["warehouse"], POOL)
+    # Every question splits the pool (weak 0/3, the rest 3/3), but only the train side may enter.
+    assert sorted(manifest["question_ids"]) == sorted(q.question_id for q in train)
+    assert not {q.question_id for q in held_out} & set(manifest["question_ids"])
+    assert manifest["weak"] == WEAK and manifest["counts"]["separated"] == N_TRAIN
+    # k = 5 samples per cell: the one-sample view is reported (here it agrees with k samples).
+    assert manifest["one_sample_flips"]["flipped"] == 0
+    [event] = result.get_asset_materialization_events()
+    metadata = event.materialization.metadata
+    assert metadata["size"].value == N_TRAIN and metadata["split"].value == "train only"
+    assert {"rule", "counts_per_class", "one_sample_flips", "pool_mean_pass_rate_histogram", "split_fingerprint"} <= set(metadata)
+    assert _checks(result) == {"contested_set_size": False}  # 6 < 100: blocking failure
+
+
+def test_a_pool_where_every_question_is_easy_never_reaches_training(gsm8k, tmp_path, tiny_model):
+    train, _ = gsm8k
+    database = _warehouse(tmp_path, train, weak_correct=True)
+    result = _chain(_resources(database, tmp_path, tiny_model, sft_warm_start=False), min_size=1)
+    assert not result.success
+    assert _checks(result) == {"contested_set_size": False}
+    assert _materialized(result) == {"contested_set"}  # no probe, no gate, no checkpoint
+    assert read_contested_manifest(_resources(database, tmp_path, tiny_model)["warehouse"], POOL)["counts"]["all_solve"] == N_TRAIN
+
+
+def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, tmp_path, tiny_model):
+    """An untrained policy never writes a parseable workflow: every group scores 0, the gate fails."""
+    train, _ = gsm8k
+    database = _warehouse(tmp_path, train, weak_correct=False)
+    resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, reward_variant="strict")
+    result = _chain(resources, min_size=1)
+
+    assert not result.success
+    assert _checks(result) == {"contested_set_size": True, "zero_variance_gate": False}
+    assert _materialized(result) == {"contested_set", "warm_start_policy", "grpo_probe_run"}
+    trainer: TrainerResource = resources["trainer"]
+    verdict = read_verdict(trainer.gate_path(POOL))
+    assert verdict is not None and not verdict.passed and verdict.figure == 1.0 and verdict.group_size == 4
+    steps = Warehouse(database).query("SELECT phase, group_size, parse_fail_rate FROM training_steps ORDER BY step")
+    assert steps["phase"].to_list() == ["probe", "probe"] and steps["group_size"].to_list() == [4, 4]
+    assert steps["parse_fail_rate"].to_list() == [1.0, 1.0]
+
+    later = dg.materialize(
+        [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
+        selection=dg.AssetSelection.assets(conductor_checkpoint), resources=resources, raise_on_error=False,
+    )
+    assert not later.success and not _materialized(later)
+    [failure] = [e for e in later.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "training refused" in failure.step_failure_data.error.message
+    assert not trainer.checkpoint_dir(POOL).exists()
+
+
+def _open_gate(trainer: TrainerResource, probe_run_id: str = "probe-fixture") -> None:
+    """A probe that passed: its manifest and a passed verdict, as the probe asset and gate write them."""
+    probe_dir = trainer.probe_dir(POOL)
+    probe_dir.mkdir(parents=True, exist_ok=True)
+    (probe_dir / "latest_probe.json").write_text(json.dumps({"probe_run_id": probe_run_id, "steps": []}))
+    rows = [{"frac_zero_std": 0.0}] * 2
+    write_verdict(trainer.gate_path(POOL), evaluate_zero_variance(rows, probe_run_id=probe_run_id, group_size=4, groups_per_step=2))
+
+
+def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k, tmp_path, tiny_model):
+    train, _ = gsm8k
+    database = _warehouse(tmp_path, train, weak_correct=False)
+    steps = 2
+
+    def train_to(max_steps: int) -> dg.ExecuteInProcessResult:
+        resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, train_steps=max_steps)
+        if max_steps == steps:
+            _chain(resources, min_size=1, selection=[contested_set])
+            _open_gate(resources["trainer"])
+        result = dg.materialize(
+            [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
+            selection=dg.AssetSelection.assets(conductor_checkpoint), resources=resources,
+        )
+        return result.asset_materializations_for_node("conductor_checkpoint")[0].metadata
+
+    first = train_to(steps)  # a run stopped (killed) at step N left checkpoint-N
+    assert first["step"].value == steps and first["resumed_from"].value == "none"
+    assert Path(first["checkpoint_path"].value).name == f"checkpoint-{steps}"
+    second = train_to(2 * steps)
+    assert Path(second["resumed_from"].value).name == f"checkpoint-{steps}"
+    assert second["step"].value == 2 * steps and Path(second["checkpoint_path"].value).name == f"checkpoint-{2 * steps}"
+    logged = Warehouse(database).query("SELECT step, phase FROM training_steps ORDER BY step")
+    assert logged["step"].to_list() == [1, 2, 3, 4] and set(logged["phase"]) == {"grpo"}
+    assert {"curves", "curves_path", "gate", "group_size"} <= set(second)
+
+
+def test_gate_is_strict_and_bound_to_the_latest_probe():
+    def verdict(figure: float, run: str = "p1"):
+        return evaluate_zero_variance([{"frac_zero_std": figure}], probe_run_id=run, group_size=64, groups_per_step=4)
+
+    assert not verdict(0.20).passed  # a tie fails
+    assert verdict(0.19).passed and not verdict(0.5).passed
+    assert not evaluate_zero_variance([], probe_run_id="p", group_size=4, groups_per_step=2).passed
+    # ours (groups with < 2 scorable rollouts count as flat) wins over TRL's figure
+    assert not evaluate_zero_variance(
+        [{"frac_zero_std": 0.0, "frac_groups_no_signal": 0.5}], probe_run_id="p", group_size=4, groups_per_step=2
+    ).passed
+    assert require_open(verdict(0.1), "p1").passed
+    with pytest.raises(GateClosedError, match="latest probe run is p2"):
+        require_open(verdict(0.1), "p2")
+    with pytest.raises(GateClosedError, match="training refused"):
+        require_open(verdict(0.3), "p1")
+    with pytest.raises(GateClosedError, match="no GRPO probe run"):
+        require_open(None, None)
+
+
+def test_gpu_profile_builds_the_paper_configuration(tmp_path):
+    trainer = TrainerResource(
+        profile="gpu", policy_model="Qwen/Qwen2.5-1.5B-Instruct", vllm_mode="server",
+        vllm_server_base_url="http://127.0.0.1:8000", output_root=str(tmp_path),
+    )
+    settings = trainer.grpo_settings()
+    assert (settings.policy_model, settings.num_generations, settings.questions_per_step) == ("Qwen/Qwen2.5-1.5B-Instruct", 64, 4)
+    assert (settings.learning_rate, settings.beta, settings.temperature, settings.max_steps) == (1e-6, 0.0, 1.0, 200)
+    assert trainer.base_policy_path() == "Qwen/Qwen2.5-1.5B-Instruct" and trainer.n_prompt_examples == 4
+    config = settings.to_grpo_config(tmp_path / "grpo", bf16=False, use_cpu=True)  # build only: no GPU here
+    assert config.use_vllm and config.vllm_mode == "server" and config.num_generations == 64
+    assert config.save_steps == 10 and config.learning_rate == 1e-6
+    probe = trainer.grpo_settings(steps=trainer.probe_steps)
+    assert probe.max_steps == 20 and TrainerResource().grpo_settings().policy_model == "tiny"
+    assert {job.name for job in TRAINING_JOBS} == {"training_job", "probe_gate_job"}

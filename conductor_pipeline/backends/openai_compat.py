@@ -51,8 +51,9 @@ DEFAULT_MAX_CONNECTIONS = 256
 
 # Connections per transport shard (see `ShardedTransport`): httpcore 1.x re-scans its whole pool
 # once per idle connection on every request (O(n^2) in pool size: 15 ms of CPU per request at 64
-# connections), so the pool is split into shards this small and the scan stays cheap.
-CONNECTIONS_PER_SHARD = 8
+# connections), so the pool is split into shards this small and the scan stays cheap. 4 beat 8
+# and 16 on CPU per request at C=256 in benchmarks/probing_benchmark.py; 2 was no better.
+CONNECTIONS_PER_SHARD = 4
 
 
 class _CountedStream(httpx.AsyncByteStream):

@@ -430,10 +430,16 @@ class SFTSettings:
 
     @classmethod
     def cpu_profile(cls, **overrides: Any) -> SFTSettings:
-        """Tiny model, high lr, short run: enough for the format to appear in samples."""
+        """Tiny model, high lr, short run: enough for the format to appear in samples.
+
+        Measured on the 64-wide tiny model (3 workers, short prompts): lr 3e-3 x 80 steps left
+        loss 0.57 and 0/40 parseable samples at temperature 1; lr 1e-2 x 60 steps: loss 0.18,
+        6/40 parseable; lr 1e-2 x 120 steps: loss 0.12, 39/40 parseable. The last tenths of
+        loss are what make sampled structure reliable.
+        """
         settings = cls(
-            learning_rate=3e-3,
-            max_steps=60,
+            learning_rate=1e-2,
+            max_steps=120,
             per_device_train_batch_size=8,
             max_length=1024,
             warmup_steps=0.05,

@@ -612,12 +612,21 @@ def _make_callbacks(
 
 
 def _last_checkpoint(output_dir: Path) -> Path | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The latest *complete* `checkpoint-N`: one whose trainer state was written.
+
+    The Trainer writes `trainer_state.json` last; a process killed mid-save leaves a directory
+    without it, and resuming from that (what `get_last_checkpoint` would pick) fails on every
+    rerun. Such a directory is skipped (and overwritten when the rerun saves that step again).
+    """
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     if not output_dir.is_dir():
         return None
-    last = get_last_checkpoint(str(output_dir))
-    return Path(last) if last else None
+    complete = [
+        path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if path.name.rsplit("-", 1)[1].isdigit() and (path / "trainer_state.json").is_file()
+    ]
+    return max(complete, key=_checkpoint_step, default=None)
 
 
 def _checkpoint_step(checkpoint: Path | None) -> int:

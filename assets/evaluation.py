@@ -63,6 +63,15 @@ from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "evaluation"
+# Plot resolution: the UI shows metadata images at their natural size, so 80 dpi made 7-pt labels unreadable.
+PLOT_DPI = 110
+# Column headers a reader sees in the arm table (units in the header, not in a code name).
+ARM_TABLE_HEADERS = {
+    "arm": "arm", "n_label": "n", "repeats": "repeats", "accuracy": "accuracy", "se": "SE",
+    "ci_low": "95% CI low", "ci_high": "95% CI high", "cost_per_question": "cost / question (USD)",
+    "latency_per_question_s": "latency / question (s)", "tokens_per_question": "tokens / question",
+    "mean_steps": "steps / workflow", "parse_ok_share": "parsed share",
+}
 # Read from the event log when present (see `_latest_metadata`), never required.
 CHECKPOINT_ASSET = "conductor_checkpoint"
 CONTESTED_SET_ASSET = "contested_set"
@@ -316,6 +325,23 @@ def eval_slice_has_no_leak(
     )
 
 
+def decomposition_markdown(decompositions: Sequence[dict]) -> str:
+    """One row per quantity, one column per conductor arm: fourteen columns side by side were cut off in the UI."""
+    metrics = [key for key in decompositions[0] if key != "arm"]
+    frame = pl.DataFrame(
+        {"quantity": metrics, **{d["arm"]: [_cell(d.get(m)) for m in metrics] for d in decompositions}}
+    )
+    return markdown_table(frame)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
 def accuracy_cost_plot(table: pl.DataFrame) -> bytes:
     """PNG: accuracy (95% interval) against cost per question, one point per arm."""
     import matplotlib  # noqa: PLC0415
@@ -323,20 +349,25 @@ def accuracy_cost_plot(table: pl.DataFrame) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    # Arms with the same point (best_single is one of the solo arms) share one label instead of overprinting.
+    labels: dict[tuple[float, float], list[str]] = {}
     for row in table.iter_rows(named=True):
         cost = row["cost_per_question"] or 0.0
         axis.errorbar(
             cost, row["accuracy"], yerr=[[row["accuracy"] - row["ci_low"]], [row["ci_high"] - row["accuracy"]]],
             fmt="o", capsize=3,
         )
-        axis.annotate(row["arm"], (cost, row["accuracy"]), fontsize=7, xytext=(4, 2), textcoords="offset points")
+        labels.setdefault((round(cost, 9), round(row["accuracy"], 9)), []).append(row["arm"])
+    for (cost, accuracy), arms in labels.items():
+        axis.annotate(" = ".join(arms), (cost, accuracy), fontsize=8, xytext=(5, 3), textcoords="offset points")
     axis.set_xlabel("cost per question (USD)")
-    axis.set_ylabel("accuracy")
-    axis.set_title(f"accuracy vs cost ({table['n_label'][0] if table.height else 'no rows'})", fontsize=9)
+    axis.set_ylabel("accuracy (share correct, 95% CI)")
+    axis.set_title(f"accuracy vs cost per arm ({table['n_label'][0] if table.height else 'no rows'})", fontsize=9)
+    axis.grid(alpha=0.3)
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
+    figure.savefig(buffer, format="png", dpi=PLOT_DPI)
     plt.close(figure)
     return buffer.getvalue()
 
@@ -348,19 +379,20 @@ def running_gap_plot(gap: pl.DataFrame) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    figure, axis = plt.subplots(figsize=(8.0, 4.5))
     for arm in sorted(gap["arm"].unique().to_list()) if gap.height else []:
         rows = gap.filter(pl.col("arm") == arm).sort("n")
-        axis.plot(rows["n"].to_list(), rows["gap"].to_list(), marker="o", label=arm)
+        axis.plot(rows["n"].to_list(), rows["gap"].to_list(), marker="o", markersize=3, label=arm)
     axis.axhline(0.0, color="grey", linewidth=0.8)
     axis.set_xlabel("questions scored (slice order)")
-    axis.set_ylabel("accuracy - best solo worker")
-    axis.set_title("running gap to the best single worker", fontsize=9)
-    if gap.height:
-        axis.legend(fontsize=6)
+    axis.set_ylabel("accuracy gap to best solo worker")
+    axis.set_title("running gap to the best single worker (0 = as good as the best worker alone)", fontsize=9)
+    axis.grid(alpha=0.3)
+    if gap.height:  # outside the axes: inside, eleven arms' legend covered the curves
+        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
+    figure.savefig(buffer, format="png", dpi=PLOT_DPI, bbox_inches="tight")
     plt.close(figure)
     return buffer.getvalue()
 
@@ -394,10 +426,9 @@ def eval_tables(
     gap_png = running_gap_plot(gap)
     (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(accuracy_png)
     (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(gap_png)
-    arm_columns = [
-        "arm", "n_label", "repeats", "accuracy", "se", "ci_low", "ci_high", "cost_per_question",
-        "latency_per_question_s", "tokens_per_question", "mean_steps", "parse_ok_share",
-    ]
+    arm_columns = list(ARM_TABLE_HEADERS)
+    if table.height and table["n_label"].n_unique() == 1:
+        arm_columns.remove("n_label")  # the same for every arm: shown once, as the `n_label` entry
     context.log.info(f"eval tables for {eval_arms.run_id}: {table.height} arms on {len(common)} common questions")
     return dg.MaterializeResult(
         metadata={
@@ -406,12 +437,14 @@ def eval_tables(
             "planned_slice_size": eval_arms.planned_size,
             "n_label": table["n_label"][0] if table.height else "n=0",
             "split_fingerprint": eval_arms.split_fingerprint,
-            "arm_table": dg.MetadataValue.md(markdown_table(table.select(arm_columns))),
+            "arm_table": dg.MetadataValue.md(
+                markdown_table(table.select(arm_columns).rename(ARM_TABLE_HEADERS, strict=False))
+            ),
             "worker_usage": dg.MetadataValue.md(markdown_table(worker_usage(workflows))),
             "parse_codes": dg.MetadataValue.md(markdown_table(parse_code_histogram(workflows))),
             "running_gap": dg.MetadataValue.md(markdown_table(gap) if gap.height else "fewer than 50 common questions"),
             "decomposition": dg.MetadataValue.md(
-                markdown_table(decomposition) if decompositions else "no conductor arm"
+                decomposition_markdown(decompositions) if decompositions else "no conductor arm"
             ),
             "accuracy_vs_cost_plot": _png_markdown(accuracy_png, "accuracy vs cost per arm"),
             "running_gap_plot": _png_markdown(gap_png, "running gap to the best single worker"),

@@ -182,20 +182,25 @@ def accuracy_markdown(summary: pl.DataFrame) -> str:
             f"[{_fmt(r['accuracy_low'])}, {_fmt(r['accuracy_high'])}]",
             _fmt(r["mean_prompt_tokens"], 0),
             _fmt(r["mean_completion_tokens"], 0),
-            "est." if r["tokens_estimated"] else "",
+            "est." if r["tokens_estimated"] else "reported",
             _fmt(r["total_cost_usd"], 4),
             _fmt(r["mean_latency_s"], 2),
         ]
         for r in summary.iter_rows(named=True)
     ]
-    headers = ["worker", "scored", "accuracy", "95% CI (Wilson)", "prompt tok", "completion tok", "tokens",
-               "cost USD", "latency s"]
+    headers = ["worker", "scored calls", "accuracy", "95% CI (Wilson)", "mean prompt tokens",
+               "mean completion tokens", "token counts (est. = estimated)", "total cost (USD)", "mean latency (s)"]
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
+
+
 def status_rate_markdown(summary: pl.DataFrame) -> str:
-    rows = [[r["worker"], r["calls"], *(_fmt(r[f"{s}_rate"]) for s in STATUSES)] for r in summary.iter_rows(named=True)]
-    return tabulate(rows, headers=["worker", "calls", *STATUSES], tablefmt="github")
+    """Per worker, the share of calls in each status (percent of that worker's calls, not counts)."""
+    rows = [[r["worker"], r["calls"], *(_percent(r[f"{s}_rate"]) for s in STATUSES)] for r in summary.iter_rows(named=True)]
+    return tabulate(rows, headers=["worker", "calls", *(f"{s} %" for s in STATUSES)], tablefmt="github")
 
 
 def pass_rate_histogram(rates: pl.DataFrame, workers: Sequence[str]) -> str:
@@ -232,7 +237,7 @@ def pass_rate_plot(rates: pl.DataFrame, workers: Sequence[str], title: str) -> b
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
+    figure.savefig(buffer, format="png", dpi=110)  # 80 dpi left the 7-pt tick labels unreadable in the UI
     plt.close(figure)
     return buffer.getvalue()
 

@@ -96,3 +96,13 @@ def test_profile_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PROFILE_ENV, "slurm")
     with pytest.raises(ValueError, match="CORYPHAEUS_PROFILE"):
         profile_from_env(base)
+
+
+def test_cluster_pool_file_points_every_seat_at_an_in_cluster_openai_endpoint() -> None:
+    from conductor_pipeline.paths import PROJECT_ROOT
+    from conductor_pipeline.pools import load_pool
+
+    pool = load_pool(PROJECT_ROOT / "deploy" / "k8s" / "pool-qwen-k8s.yaml")
+    for seat in pool.workers:
+        assert seat.backend == "openai" and seat.api_key_env is None
+        assert seat.endpoint.endswith(".svc.cluster.local:8000/v1"), seat.endpoint

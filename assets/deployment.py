@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-from dagster_k8s import k8s_job_executor
 
 # Knobs, with their reason.
 PROFILE_ENV = "CORYPHAEUS_PROFILE"
@@ -61,6 +60,8 @@ def cpu_step_k8s_config() -> dict[str, Any]:
 
 def k8s_executor() -> dg.ExecutorDefinition:
     """One pod per step; every step gets the CPU defaults, GPU steps' op tags deep-merge over them."""
+    from dagster_k8s import k8s_job_executor  # noqa: PLC0415 (only the k8s profile needs dagster-k8s)
+
     return k8s_job_executor.configured(
         {"step_k8s_config": cpu_step_k8s_config(), "max_concurrent": MAX_CONCURRENT_STEP_PODS},
         name="k8s_step_per_pod",

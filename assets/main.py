@@ -30,7 +30,7 @@ HEADLINES: list[tuple[str, list[str]]] = [
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pool", default=os.environ.get("CORYPHAEUS_POOL", "replay-mixed6"))
-    parser.add_argument("--only", choices=["corpora_job", "probe_job", "analysis_job"], action="append")
+    parser.add_argument("--only", choices=["corpora_job", "probe_job", "analysis_job", "eval_job"], action="append")
     args = parser.parse_args(argv)
     # Partitions follow the pool file named here, so set it before the definitions load.
     os.environ["CORYPHAEUS_POOL"] = args.pool

@@ -58,6 +58,7 @@ def test_gpu_pool_steps_request_a_gpu_and_others_only_cpu(k8s_project_defs: dg.D
     assets = [k8s_project_defs.get_assets_def(key) for key in k8s_project_defs.resolve_all_asset_keys()]
     assets = [a for a in assets if a.is_executable]
     gpu_assets = [a for a in assets if in_pool(a, GPU_POOL)]
+    assert gpu_assets, "no project asset is in the gpu pool (training assets not registered?)"
     for asset in assets:
         resources = _step_k8s_config(k8s_project_defs, asset.key)["container_config"].get("resources", {})
         if asset in gpu_assets:

@@ -59,7 +59,7 @@ TOPIC_KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 _NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 _LATEX_COMMAND_RE = re.compile(r"\\[a-zA-Z]+")
-# Pseudo-count for the worker marginal used as a feature-free prior fallback in summaries.
+# Features LightGBM treats as categories (integer codes from CategoryVocabulary).
 CATEGORICAL_FEATURES = ("worker", "family", "corpus", "subject")
 
 

@@ -123,11 +123,14 @@ class SplitReport:
         parts = []
         for comparison in (c for c in self.comparisons if c.metric == "log_loss"):
             d = comparison.difference
-            outcome = "BEATS" if comparison.w_better else ("LOSES TO" if comparison.w_worse else "does not beat")
-            clear = "interval excludes 0" if comparison.w_better or comparison.w_worse else "interval includes 0"
+            if comparison.w_better or comparison.w_worse:
+                outcome = "BEATS" if comparison.w_better else "LOSES TO"
+                clear = "interval excludes 0"
+            else:
+                outcome, clear = "does not clearly beat", "interval includes 0"
             parts.append(
-                f"{outcome} {comparison.baseline} by {-d.value:+.4f} log loss "
-                f"(W - baseline {d.value:+.4f}, {clear}: [{d.low:+.4f}, {d.high:+.4f}])"
+                f"{outcome} {comparison.baseline}: log loss W - baseline {d.value:+.4f} "
+                f"({clear}: [{d.low:+.4f}, {d.high:+.4f}])"
             )
         return f"{self.name}: W " + "; ".join(parts)
 
@@ -184,7 +187,11 @@ class WorldModelReport:
         lines += [f"- {v}" for v in self.verdicts]
         for s in self.splits:
             lines += ["", f"## Split `{s.name}`", "", s.description, ""]
-            lines.append(f"{s.n_rows} rows, {s.n_questions} questions, {s.n_workers} workers, {s.n_folds} folds; 95% bootstrap intervals over questions.")
+            lines.append(
+                f"{s.n_rows} rows, {s.n_questions} questions, {s.n_workers} workers, {s.n_folds} folds; "
+                f"{self.settings.get('confidence', 0.95):.0%} percentile-bootstrap intervals over questions "
+                "(ECE is biased upward under resampling, so its interval can sit above the point estimate)."
+            )
             lines += ["", "| model | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
             for model, metrics in s.scores.items():
                 lines.append(f"| {model} | " + " | ".join(metrics[m].fmt() for m in METRICS) + " |")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import corpora, evaluation, probing, training, world_model
+from assets.deployment import profile_from_env
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
@@ -35,16 +36,19 @@ eval_job = dg.define_asset_job(
 )
 MAIN_JOBS = [corpora_job, probe_job, analysis_job, eval_job]
 
-defs = dg.Definitions(
-    assets=dg.load_assets_from_modules(STAGE_MODULES),
-    asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
-    jobs=[*MAIN_JOBS, *probing.PROBING_JOBS, *training.TRAINING_JOBS],
-    schedules=probing.PROBING_SCHEDULES,
-    sensors=probing.PROBING_SENSORS,
-    resources={
-        "warehouse": WarehouseResource(),
-        "pool": PoolResource(),
-        "conductor": ConductorPolicyResource(),
-        "trainer": TrainerResource(),
-    },
+# CORYPHAEUS_PROFILE=k8s swaps in the Kubernetes executor and GPU requests (assets/deployment.py).
+defs = profile_from_env(
+    dg.Definitions(
+        assets=dg.load_assets_from_modules(STAGE_MODULES),
+        asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
+        jobs=[*MAIN_JOBS, *probing.PROBING_JOBS, *training.TRAINING_JOBS],
+        schedules=probing.PROBING_SCHEDULES,
+        sensors=probing.PROBING_SENSORS,
+        resources={
+            "warehouse": WarehouseResource(),
+            "pool": PoolResource(),
+            "conductor": ConductorPolicyResource(),
+            "trainer": TrainerResource(),
+        },
+    )
 )

@@ -4,7 +4,10 @@
 one evaluation run id, resumable: a rerun skips recorded workflows); `eval_tables` turns those
 rows into the arm table, usage shares, parse codes, the running gap and the gap decomposition.
 A blocking check fails when a question used for training or for choosing the best single
-worker appears in the eval slice.
+worker appears in the eval slice, or when the world model that routes (the W-router arm) or
+fills conductor prompts saw an eval-split question: that W is fitted here, on the warehouse's
+scored rows of TRAIN-split questions for this pool's workers (LightGBM on a few thousand rows,
+seconds), not loaded from the `world_model` asset, whose W saw every question.
 
 The default conductor is the tiny offline HF model (random weights, CPU): it is here to prove
 the path end to end and is shown as the weak arm it is; configure a checkpoint or an endpoint
@@ -37,6 +40,7 @@ from conductor_pipeline.evaluation import (
     find_leaks,
     markdown_table,
     parse_code_histogram,
+    routing_value,
     run_arm,
     running_gap,
     worker_usage,
@@ -52,11 +56,14 @@ from conductor_pipeline.routers import (
     BestSingleRouter,
     OracleRouter,
     RandomRouter,
+    WorldModelRouter,
     choose_best_single,
     solo_verdicts,
 )
-from conductor_pipeline.splits import split_fingerprint
+from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model import WorldModel, WorldModelSettings, fit_on_train_split, prompt_predictor
+from conductor_pipeline.world_model_data import load_training_frame
 from assets.probing import _artifact_dir, pass_rates
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
@@ -77,6 +84,9 @@ CHECKPOINT_ASSET = "conductor_checkpoint"
 CONTESTED_SET_ASSET = "contested_set"
 # Every evaluation run id starts with this, so training-question queries can tell runs apart.
 EVAL_RUN_PREFIX = "eval-"
+W_ROUTER_ARM = "w_router"
+# Where the train-split W of a pool is saved (next to the `world_model` asset's all-data W).
+TRAIN_SPLIT_W_SUFFIX = "-train-split.pkl"
 
 
 class EvalArmsConfig(dg.Config):
@@ -103,6 +113,13 @@ class EvalArmsConfig(dg.Config):
     )
     include_question: bool = Field(True, description="Show workers the original question next to their subtask")
     max_depth: int = Field(2, ge=0, description="Recursion depth cap when the pool seats the conductor")
+    world_model_router: bool = Field(
+        True, description="Run the W-router arm: per question, the worker a train-split world model rates highest"
+    )
+    w_router_lambda_cost: float = Field(
+        0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost (USD); 0 ranks on success alone"
+    )
+    world_model_threads: int = Field(2, ge=1, description="LightGBM threads for fitting the train-split W")
 
 
 def _png_markdown(png: bytes, alt: str) -> dg.MetadataValue:
@@ -156,7 +173,7 @@ def _conductor_resources(
             ConductorPolicyResource(
                 kind="hf_local", model_path=path, device=conductor.device, naming=conductor.naming,
                 n_examples=conductor.n_examples, temperature=conductor.temperature,
-                max_new_tokens=conductor.max_new_tokens,
+                max_new_tokens=conductor.max_new_tokens, show_predicted_success=conductor.show_predicted_success,
             )
         )
     return chosen
@@ -173,11 +190,13 @@ async def _run_all_arms(
     config: EvalArmsConfig,
     calibration: BestSingleChoice,
     conductors: Sequence[ConductorPolicyResource],
+    train_split_w: WorldModel | None,
 ) -> None:
     policies = [(c, c.build_policy()) for c in conductors]
     # A pool that seats the conductor recurses with the first configured policy.
     recursion_policy = policies[0][1] if policies else None
     recursion_settings = policies[0][0] if policies else None
+    predictor = prompt_predictor(train_split_w, pool_config.workers) if train_split_w is not None else None
     orchestrator = Orchestrator(
         pool_config, workers, Governor.from_pool(pool_config), store,
         include_question=config.include_question, max_depth=config.max_depth,
@@ -185,6 +204,7 @@ async def _run_all_arms(
         conductor_policy=recursion_policy,
         conductor_temperature=recursion_settings.temperature if recursion_settings else 1.0,
         conductor_max_new_tokens=recursion_settings.effective_max_new_tokens if recursion_settings else 1024,
+        predicted_success=predictor if recursion_settings and recursion_settings.show_predicted_success else None,
     )
     done = frozenset(store.query_file("eval_workflows", {"run_id": run_id})["workflow_id"].to_list())
 
@@ -204,12 +224,16 @@ async def _run_all_arms(
             RandomRouter(tuple(seated), seed=config.random_seed),
             OracleRouter(solo_verdicts(verdict_rows.iter_rows(named=True)), fallback=calibration.worker),
         ]
+        if config.world_model_router and train_split_w is not None:
+            seats = tuple(s for s in pool_config.workers if s.name in seated)
+            routers.append(WorldModelRouter(train_split_w, seats, lambda_cost=config.w_router_lambda_cost))
         await asyncio.gather(*(run(RouterArm(router)) for router in routers))
         for settings, policy in policies:
             await run(
                 ConductorArm(
                     settings.arm_label, policy, naming=settings.naming, examples=settings.examples(),
                     temperature=settings.temperature, max_new_tokens=settings.effective_max_new_tokens,
+                    predicted_success=predictor if settings.show_predicted_success else None,
                 )
             )
     finally:
@@ -220,7 +244,20 @@ async def _run_all_arms(
             await worker.aclose()
 
 
-@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"duckdb"})
+def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
+    """Where eval_arms saves the pool's train-split W (the training path can load it from here)."""
+    return _artifact_dir(warehouse, "world_model") / f"{pool_name}{TRAIN_SPLIT_W_SUFFIX}"
+
+
+def fit_train_split_world_model(
+    store: Warehouse, pool_config: PoolConfig, workers: Sequence[str], *, num_threads: int = 2
+) -> WorldModel:
+    """W on the warehouse's scored rows of train-split questions for these workers of the pool."""
+    seats = {s.name: s for s in pool_config.workers if s.name in set(workers)}
+    return fit_on_train_split(load_training_frame(store), seats, WorldModelSettings(num_threads=num_threads))
+
+
+@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"duckdb", "lightgbm"})
 def eval_arms(
     context: dg.AssetExecutionContext,
     config: EvalArmsConfig,
@@ -251,14 +288,33 @@ def eval_arms(
         context.log.warning(f"latest conductor_checkpoint {trained} is gone; not evaluated")
         trained = None
     conductors = _conductor_resources(config, conductor, str(trained) if trained else None)
+    train_split_w: WorldModel | None = None
+    w_metadata: dict[str, object] = {}
+    if config.world_model_router or any(c.show_predicted_success for c in conductors):
+        train_split_w = fit_train_split_world_model(
+            store, pool_config, list(workers), num_threads=config.world_model_threads
+        )
+        w_ids = sorted(train_split_w.training_question_ids)
+        on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
+        leaked = sorted(set(w_ids) & set(chosen.question_ids))
+        if on_eval_side or leaked:
+            raise dg.Failure(f"the routing W saw eval questions: {(on_eval_side or leaked)[:5]}")
+        w_path = train_split_w.save(train_split_world_model_path(warehouse, pool_config.name))
+        w_metadata = {
+            "world_model_path": dg.MetadataValue.path(str(w_path)),
+            "world_model_training_questions": len(w_ids),
+            "world_model_training_rows": train_split_w.training_summary["rows"],
+        }
+        context.log.info(f"train-split W: {len(w_ids)} questions, {train_split_w.training_summary['rows']} rows")
     arm_names = (
         [f"solo:{w}" for w in workers] + ["best_single", "random", "oracle"]
+        + ([W_ROUTER_ARM] if config.world_model_router else [])
         + [f"conductor:{c.arm_label}" for c in conductors]
     )
     run_id = EVAL_RUN_PREFIX + stable_id(
         pool_config.name, config.corpus, config.splits, config.math_levels, config.slice_size, config.order,
         config.repeats, chosen.split_fingerprint, config.include_question, config.max_depth, arm_names,
-        config.random_seed,
+        config.random_seed, config.w_router_lambda_cost,
     )
     context.log.info(
         f"eval run {run_id}: {len(questions)} questions (planned {config.slice_size}), {len(arm_names)} arms "
@@ -268,7 +324,7 @@ def eval_arms(
     asyncio.run(
         _run_all_arms(
             context, store, pool_config, workers, questions, run_id=run_id, config=config,
-            calibration=calibration, conductors=conductors,
+            calibration=calibration, conductors=conductors, train_split_w=train_split_w,
         )
     )
     summary = EvalRunSummary(
@@ -277,7 +333,12 @@ def eval_arms(
         best_single_worker=calibration.worker,
         calibration_question_ids=tuple(sorted(calibration.calibration_question_ids)),
         training_question_ids=tuple(training_ids),
-        extra={"pool": pool_config.name, "restricted_to_recorded": restricted, "order": config.order},
+        extra={
+            "pool": pool_config.name, "restricted_to_recorded": restricted, "order": config.order,
+            "w_router_lambda_cost": config.w_router_lambda_cost,
+            "world_model_training_question_ids": tuple(sorted(train_split_w.training_question_ids))
+            if train_split_w is not None else (),
+        },
     )
     return dg.Output(
         summary,
@@ -294,11 +355,15 @@ def eval_arms(
             "best_single_worker": calibration.worker,
             "calibration_questions": len(calibration.calibration_question_ids),
             "calibration_accuracies": dg.MetadataValue.json(calibration.accuracies),
+            **w_metadata,
         },
     )
 
 
-@dg.asset_check(asset=eval_arms, blocking=True, description="No training or calibration question in the eval slice")
+@dg.asset_check(
+    asset=eval_arms, blocking=True,
+    description="No training, calibration or routing-W question in the eval slice; the routing W saw only train-split questions",
+)
 def eval_slice_has_no_leak(
     context: dg.AssetCheckExecutionContext, eval_arms: EvalRunSummary, warehouse: WarehouseResource
 ) -> dg.AssetCheckResult:
@@ -306,14 +371,16 @@ def eval_slice_has_no_leak(
     store = warehouse.get_warehouse()
     recorded = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})["question_id"].unique().to_list()
     evaluated = set(eval_arms.slice_ids) | set(recorded)
+    w_ids = tuple(eval_arms.extra.get("world_model_training_question_ids", ()))
     leaks = find_leaks(
         evaluated,
-        training_ids=set(eval_arms.training_question_ids) | set(_training_question_ids(store, context.instance)),
+        training_ids=set(eval_arms.training_question_ids) | set(_training_question_ids(store, context.instance)) | set(w_ids),
         calibration_ids=eval_arms.calibration_question_ids,
     )
+    w_on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
     fingerprint_ok = eval_arms.split_fingerprint == split_fingerprint()
     return dg.AssetCheckResult(
-        passed=not any(leaks.values()) and fingerprint_ok,
+        passed=not any(leaks.values()) and fingerprint_ok and not w_on_eval_side,
         metadata={
             "eval_questions": len(evaluated),
             "leaked_training": len(leaks["training"]),
@@ -321,6 +388,8 @@ def eval_slice_has_no_leak(
             "on_train_split": len(leaks["train_split"]),
             "examples": dg.MetadataValue.json({k: v[:5] for k, v in leaks.items()}),
             "split_fingerprint_matches": fingerprint_ok,
+            "world_model_training_questions": len(w_ids),
+            "world_model_questions_on_eval_split": len(w_on_eval_side),
         },
     )
 
@@ -397,6 +466,27 @@ def running_gap_plot(gap: pl.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
+def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
+    """The W-router beside best single and oracle, and the share of the oracle headroom it recovers."""
+    if routing is None:
+        return {"routing_value": dg.MetadataValue.md("no W-router arm in this run")}
+    share = routing["headroom_recovered"]
+    rows = pl.DataFrame(
+        {
+            "quantity": ["questions", "best single (calibration-chosen)", "W-router", "oracle", "oracle headroom recovered"],
+            "value": [str(routing["n"]), *(f"{routing[k]:.3f}" for k in ("best_single", "accuracy", "oracle")),
+                      "no headroom" if share is None else f"{share:.3f}"],
+        }
+    )
+    metadata = {
+        "routing_value": dg.MetadataValue.md(markdown_table(rows)),
+        "w_router_accuracy": dg.MetadataValue.float(routing["accuracy"]),
+    }
+    if share is not None:  # no headroom (oracle = best single): no share to report
+        metadata["w_router_headroom_recovered"] = dg.MetadataValue.float(share)
+    return metadata
+
+
 @dg.asset(group_name=GROUP, kinds={"duckdb"})
 def eval_tables(
     context: dg.AssetExecutionContext, eval_arms: EvalRunSummary, warehouse: WarehouseResource
@@ -412,11 +502,13 @@ def eval_tables(
     table = arm_table(workflows, planned_size=eval_arms.planned_size, call_tokens=tokens, slice_order=order)
     gap = running_gap(workflows, slice_order=order)
     common = common_questions(workflows)
+    routing = routing_value(table, W_ROUTER_ARM)
     decompositions = []
     for arm in sorted(a for a in workflows["arm"].unique().to_list() if a.startswith("conductor:")):
         solo, conductor_rows = decomposition_inputs(workflows, arm, common)
         if solo.height and conductor_rows.height:
-            decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows)})
+            context_row = {W_ROUTER_ARM: routing["accuracy"]} if routing else {}
+            decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows), **context_row})
     decomposition = pl.DataFrame(decompositions) if decompositions else pl.DataFrame({"arm": []})
 
     out_dir = _artifact_dir(warehouse, "eval_tables")
@@ -446,6 +538,7 @@ def eval_tables(
             "decomposition": dg.MetadataValue.md(
                 decomposition_markdown(decompositions) if decompositions else "no conductor arm"
             ),
+            **_routing_metadata(routing),
             "accuracy_vs_cost_plot": _png_markdown(accuracy_png, "accuracy vs cost per arm"),
             "running_gap_plot": _png_markdown(gap_png, "running gap to the best single worker"),
             "tables_dir": dg.MetadataValue.path(str(out_dir)),

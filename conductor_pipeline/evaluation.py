@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -162,7 +162,12 @@ class RouterArm:
 
 @dataclass(frozen=True)
 class ConductorArm:
-    """A conductor policy: prompt -> workflow text -> orchestrator."""
+    """A conductor policy: prompt -> workflow text -> orchestrator.
+
+    `predicted_success` (question -> {seat name: P(success)}; world_model.prompt_predictor of a
+    TRAIN-split W) puts W's numbers next to the catalogue; None shows none. The prompt's rules say
+    what workers see according to the orchestrator's `include_question`.
+    """
 
     label: str
     policy: ConductorPolicy
@@ -171,15 +176,22 @@ class ConductorArm:
     temperature: float = 1.0
     max_new_tokens: int = 1024
     seed: int = 0
+    predicted_success: Callable[[Question], Mapping[str, float]] | None = None
 
     @property
     def name(self) -> str:
         return f"conductor:{self.label}"
 
-    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
-        messages = build_conductor_prompt(
-            question, orchestrator.catalogue(), naming=self.naming, examples=list(self.examples)
+    def prompt(self, orchestrator: Orchestrator, question: Question) -> list[dict[str, str]]:
+        """The chat messages this arm sends its policy for a question."""
+        return build_conductor_prompt(
+            question, orchestrator.catalogue(), naming=self.naming, examples=list(self.examples),
+            predicted_success=self.predicted_success(question) if self.predicted_success else None,
+            workers_see_question=orchestrator.include_question,
         )
+
+    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
+        messages = self.prompt(orchestrator, question)
         seed = int(stable_id(self.seed, question.question_id, repeat)[:8], 16)
         try:
             (output,) = await self.policy.propose(
@@ -384,6 +396,26 @@ def running_gap(
             best_mean = sum(best_acc[q] for q in prefix) / n
             rows.append({"arm": arm, "n": n, "accuracy": arm_mean, "gap": arm_mean - best_mean, "best_solo": best})
     return pl.DataFrame(rows, schema={"arm": pl.String, "n": pl.Int64, "accuracy": pl.Float64, "gap": pl.Float64, "best_solo": pl.String})
+
+
+def routing_value(table: pl.DataFrame, arm: str, *, best_single_arm: str = "best_single", oracle_arm: str = "oracle") -> dict[str, object] | None:
+    """A router's accuracy beside best single and oracle on the same (common) questions, and the
+    share of the oracle headroom it recovers: (arm - best_single) / (oracle - best_single), like
+    RouteLLM's APGR. 1 = as good as the oracle, 0 = no better than best single, < 0 = worse.
+    None when an arm is missing; the share is None when the oracle has no headroom.
+    """
+    accuracy = dict(zip(table["arm"].to_list(), table["accuracy"].to_list(), strict=True)) if table.height else {}
+    if not {arm, best_single_arm, oracle_arm} <= set(accuracy):
+        return None
+    headroom = accuracy[oracle_arm] - accuracy[best_single_arm]
+    return {
+        "arm": arm,
+        "n": int(table.filter(pl.col("arm") == arm)["n"][0]),
+        "accuracy": accuracy[arm],
+        "best_single": accuracy[best_single_arm],
+        "oracle": accuracy[oracle_arm],
+        "headroom_recovered": (accuracy[arm] - accuracy[best_single_arm]) / headroom if headroom > 0 else None,
+    }
 
 
 # ---------------------------------------------------------------------- the decomposition

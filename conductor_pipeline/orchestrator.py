@@ -19,7 +19,7 @@ workflow (executed one level deeper; its answer becomes the step's answer) or th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from conductor_pipeline.backends.base import Worker
@@ -91,6 +91,8 @@ class Orchestrator:
     `workers` maps seat names to Worker objects (every seat except `conductor` seats).
     `warehouse=None` executes without recording (the training reward's scoring path).
     `conductor_policy` is needed only when the pool seats the conductor itself (recursion).
+    `predicted_success` (question -> {seat name: P(success)}, e.g. world_model.prompt_predictor)
+    fills the recursion prompt's catalogue with W's numbers, as the top-level prompt shows them.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class Orchestrator:
         conductor_temperature: float = 1.0,
         conductor_max_new_tokens: int = 1024,
         flush_every_rows: int = DEFAULT_FLUSH_EVERY_ROWS,
+        predicted_success: Callable[[Question], Mapping[str, float]] | None = None,
     ) -> None:
         if max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {max_depth}")
@@ -123,6 +126,7 @@ class Orchestrator:
         self.conductor_temperature = conductor_temperature
         self.conductor_max_new_tokens = conductor_max_new_tokens
         self.flush_every_rows = flush_every_rows
+        self.predicted_success = predicted_success
         self.worker_names: list[str] = pool.worker_names
         self.displayed_names: list[str] = list(displayed_worker_names(self.worker_names, naming))
         self._real_name = dict(zip(self.displayed_names, self.worker_names, strict=True))
@@ -398,7 +402,8 @@ class Orchestrator:
         assert self.conductor_policy is not None  # checked in __init__
         messages = build_recursion_prompt(
             question, self.catalogue(), _render_parent(parent, self.displayed_names, self.worker_names),
-            answer_so_far, naming=self.naming,
+            answer_so_far, naming=self.naming, workers_see_question=self.include_question,
+            predicted_success=self.predicted_success(question) if self.predicted_success else None,
         )
         try:
             async with self.governor.slot(seat.name, self.conductor_max_new_tokens):

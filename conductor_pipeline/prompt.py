@@ -121,18 +121,33 @@ def _catalogue_lines(
     lines = []
     for entry, shown in zip(entries, displayed, strict=True):
         line = f"- {shown}: {entry.description}" if entry.description else f"- {shown}"
-        if predicted_success is not None and entry.name in predicted_success:
-            line += f" (predicted success on this question: {predicted_success[entry.name]:.0%})"
+        # Keyed by the entry's real name (what the world model scores) or by the name displayed.
+        predicted = None if predicted_success is None else predicted_success.get(entry.name, predicted_success.get(shown))
+        if predicted is not None:
+            line += f" (predicted success on this question: {predicted:.0%})"
         lines.append(line)
     return "\n".join(lines)
 
 
-def _format_rules(displayed: Sequence[str], naming: Naming, max_steps: int) -> str:
+def _worker_view(workers_see_question: bool) -> str:
+    """What a worker is shown, matching the orchestrator's `include_question` setting."""
+    if workers_see_question:
+        return (
+            "A worker sees the original task, its own subtask and the outputs of the earlier steps in its "
+            "access entry, nothing else of the workflow."
+        )
+    return (
+        "A worker sees only its own subtask and the outputs of the earlier steps in its access entry, nothing "
+        "else (not the original task): put what it needs into its subtask."
+    )
+
+
+def _format_rules(displayed: Sequence[str], naming: Naming, max_steps: int, workers_see_question: bool) -> str:
     worker_ref = (
         f"worker numbers 0 to {len(displayed) - 1}" if naming == "ordinal" else "worker names, as quoted strings"
     )
-    return f"""A workflow has 1 to {max_steps} steps, run in order. Each step gives one worker a subtask. A worker \
-sees its own subtask and the outputs of the earlier steps in its access entry, nothing else of the workflow. \
+    return f"""A workflow has 1 to {max_steps} steps, run in order. Each step gives one worker a subtask. \
+{_worker_view(workers_see_question)} \
 The last step's answer is the final answer, so the last subtask must ask for it in the required form.
 
 Think briefly if you like, then end your reply with exactly three Python lists of equal length:
@@ -159,13 +174,14 @@ def _system_message(
     predicted_success: Mapping[str, float] | None,
     max_steps: int,
     extra_rules: str = "",
+    workers_see_question: bool = True,
 ) -> str:
     displayed = displayed_worker_names(entries, naming)
     sections = [
         "You are the conductor of a team of language models. You never solve the task yourself: "
         "you read it and write a workflow that the workers carry out.",
         f"The workers:\n{_catalogue_lines(entries, displayed, predicted_success)}",
-        _format_rules(displayed, naming, max_steps),
+        _format_rules(displayed, naming, max_steps, workers_see_question),
     ]
     if extra_rules:
         sections.append(extra_rules)
@@ -185,14 +201,19 @@ def build_conductor_prompt(
     examples: Sequence[PromptExample] = (),
     predicted_success: Mapping[str, float] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    workers_see_question: bool = True,
 ) -> list[dict[str, str]]:
     """Chat messages for the conductor: a system turn (rules, catalogue, examples) and the question.
 
-    `predicted_success` maps a catalogue entry's `name` to the world model's P(success) for this
-    question; entries without a prediction show none.
+    `predicted_success` maps a catalogue entry's `name` (or the name displayed for it: "Model i"
+    under ordinal naming) to the world model's P(success) for this question; entries without a
+    prediction show none. `workers_see_question` must be the orchestrator's `include_question`
+    (default True, as there): the rules tell the conductor what its workers will be shown.
     """
     entries = as_catalogue(catalogue)
-    system = _system_message(entries, naming, examples, predicted_success, max_steps)
+    system = _system_message(
+        entries, naming, examples, predicted_success, max_steps, workers_see_question=workers_see_question
+    )
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": f"Task: {_question_text(question).strip()}"},
@@ -218,6 +239,7 @@ def build_recursion_prompt(
     examples: Sequence[PromptExample] = (),
     predicted_success: Mapping[str, float] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    workers_see_question: bool = True,
 ) -> list[dict[str, str]]:
     """The conductor called as a worker: it sees the parent workflow and the answer so far, and
     returns a new workflow or three empty lists (parse with `allow_empty=True`).
@@ -232,7 +254,10 @@ def build_recursion_prompt(
     else:
         parent_text = parent_workflow.strip()
     answer = answer_so_far.strip() if answer_so_far and answer_so_far.strip() else "(none: no answer was produced)"
-    system = _system_message(entries, naming, examples, predicted_success, max_steps, extra_rules=RECURSION_RULES)
+    system = _system_message(
+        entries, naming, examples, predicted_success, max_steps, extra_rules=RECURSION_RULES,
+        workers_see_question=workers_see_question,
+    )
     user = (
         f"Task: {_question_text(question).strip()}\n\n"
         f"This workflow already ran:\n{parent_text}\n\n"

@@ -1,22 +1,29 @@
-"""Baseline routers that need no model: best single worker, a random worker, the oracle.
+"""Routers: best single worker, a random worker, the oracle, and the world-model (W) router.
 
 Each picks one worker per question and yields a one-step workflow (the question as the
-subtask), so baselines flow through the orchestrator and the same warehouse tables as every
-conductor. Why these three: the best single worker is the bar a conductor must clear to be
-worth anything; the random router shows what routing without information gives; the oracle
-(correct when any worker solves the question solo) is the ceiling no router can pass.
+subtask), so routers flow through the orchestrator and the same warehouse tables as every
+conductor. Why these: the best single worker is the bar a conductor must clear to be worth
+anything; the random router shows what routing without information gives; the oracle (correct
+when any worker solves the question solo) is the ceiling no router can pass; the W-router shows
+what the world model's per-question predictions are worth as routing, with no conductor at all.
 
 The best single worker is chosen on the calibration (train) split only: choosing it on the
-eval slice would hand the baseline the test answers and understate any conductor's gap.
+eval slice would hand the baseline the test answers and understate any conductor's gap. For the
+same reason the W-router's model must be fitted on train-split questions only
+(`conductor_pipeline.world_model.fit_on_train_split`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
+import numpy as np
 import polars as pl
+
+from conductor_pipeline.pools import WorkerSeat
 
 from conductor_pipeline.orchestrator import one_step_workflow
 from conductor_pipeline.records import Question, stable_id
@@ -130,3 +137,52 @@ def solo_verdicts(rows: Iterable[Mapping[str, object]]) -> dict[str, dict[str, b
     for (question_id, worker), marks in tallies.items():
         verdicts.setdefault(question_id, {})[worker] = 2 * sum(marks) > len(marks)
     return verdicts
+
+
+class SuccessAndCostModel(Protocol):
+    """What the W-router needs of a world model (conductor_pipeline.world_model.WorldModel)."""
+
+    training_question_ids: frozenset[str]
+
+    def predict_success(self, subtasks: Sequence[Question], workers: Sequence[WorkerSeat]) -> np.ndarray: ...
+
+    def predict_cost(self, subtasks: Sequence[Question], workers: Sequence[WorkerSeat]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class WorldModelRouter:
+    """Per question, the worker with the highest W score: P(success) - lambda_cost x expected cost.
+
+    `lambda_cost` is in accuracy per USD (a call costs ~1e-3 USD, so it matters from ~10 up);
+    0 (the default) routes on predicted success alone. A worker without a cost prediction (no cost
+    regressor: NaN) is charged nothing rather than being excluded. Ties go to the earlier seat.
+    """
+
+    model: SuccessAndCostModel = field(repr=False)
+    seats: tuple[WorkerSeat, ...]
+    lambda_cost: float = 0.0
+    name: str = "w_router"
+
+    def __post_init__(self) -> None:
+        if not self.seats:
+            raise ValueError("the W-router needs at least one seat")
+        if self.lambda_cost < 0:
+            raise ValueError(f"lambda_cost must be >= 0, got {self.lambda_cost}")
+
+    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+        """The routing score, shape (len(questions), len(seats)), in one batch."""
+        score = np.asarray(self.model.predict_success(list(questions), list(self.seats)), dtype=float)
+        if self.lambda_cost > 0:
+            cost = np.nan_to_num(np.asarray(self.model.predict_cost(list(questions), list(self.seats)), dtype=float))
+            score = score - self.lambda_cost * cost
+        return score
+
+    def choose(self, questions: Sequence[Question]) -> list[str]:
+        """The chosen seat name per question."""
+        if not questions:
+            return []
+        return [self.seats[i].name for i in self.scores(questions).argmax(axis=1)]
+
+    def route(self, question: Question, repeat: int = 0) -> Workflow:
+        (chosen,) = self.choose([question])
+        return one_step_workflow(chosen, question)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -42,7 +42,8 @@ from sklearn.model_selection import GroupShuffleSplit
 
 from conductor_pipeline.pools import WorkerSeat
 from conductor_pipeline.records import Question
-from conductor_pipeline.world_model_data import normalize_training_frame
+from conductor_pipeline.splits import split_of
+from conductor_pipeline.world_model_data import normalize_training_frame, train_split_rows
 
 # --- knobs -------------------------------------------------------------------------------------
 
@@ -454,6 +455,9 @@ class WorldModel:
     cost_info: RegressorInfo = field(default_factory=lambda: RegressorInfo(False, 0, "not fitted"))
     latency_info: RegressorInfo = field(default_factory=lambda: RegressorInfo(False, 0, "not fitted"))
     training_summary: dict[str, Any] = field(default_factory=dict)
+    # Every question W saw in training, so a leak check can prove none is on the eval side.
+    # A plain default (not a factory) so models pickled before this field still load.
+    training_question_ids: frozenset[str] = frozenset()
 
     # -- fitting --------------------------------------------------------------------------------
 
@@ -496,6 +500,7 @@ class WorldModel:
             feature_names=names,
             kept_columns=kept,
             success_booster=success,
+            training_question_ids=frozenset(frame["question_id"].unique().to_list()),
         )
         model.cost_booster, model.cost_info = _fit_regressor(
             frame, "cost_usd", features, groups, kept_names, categorical, settings, mask=None
@@ -705,6 +710,37 @@ def _fit_regressor(
 
 
 # --- uses --------------------------------------------------------------------------------------
+
+
+def fit_on_train_split(
+    frame: pl.DataFrame,
+    seats: Mapping[str, WorkerSeat],
+    settings: WorldModelSettings | None = None,
+    *,
+    split_fn: Callable[[str], str] = split_of,
+) -> WorldModel:
+    """W fitted on the seats' rows of TRAIN-split questions only: the W that may route or prompt
+    on eval questions (the `world_model` asset's W saw every question, eval ones included)."""
+    rows = train_split_rows(frame, list(seats), split_fn=split_fn)
+    if rows.filter(pl.col("correct").is_not_null()).is_empty():
+        raise ValueError(f"no scored train-split rows for workers {sorted(seats)}: probe the pool first")
+    return WorldModel.fit(rows, seats, settings)
+
+
+def prompt_predictor(
+    model: WorldModel, seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat]
+) -> Callable[[Question], dict[str, float]]:
+    """question -> {seat name: P(success)} for the conductor prompt's catalogue.
+
+    Seats that are the conductor itself (recursion) get no number: W knows workers, not the policy.
+    """
+    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
+    workers = [seat for seat in seat_list if seat.backend != "conductor"]
+
+    def predict(question: Question) -> dict[str, float]:
+        return predicted_success_for_prompt(model, question, workers)
+
+    return predict
 
 
 def predicted_success_for_prompt(

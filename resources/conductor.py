@@ -46,6 +46,11 @@ class ConductorPolicyResource(dg.ConfigurableResource):
     )
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of the conductor (paper: 1.0)")
     max_new_tokens: int = Field(1024, gt=0, description="Budget for reasoning plus the workflow lists")
+    show_predicted_success: bool = Field(
+        False,
+        description="Show the world model's P(success) per worker next to the catalogue (a W fitted on "
+        "train-split questions only); the arm is then labelled '+W'",
+    )
 
     def build_policy(self) -> ConductorPolicy:
         """The policy object; a local model loads lazily on its first prompt."""
@@ -72,5 +77,8 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         if self.label:
             return self.label
         if self.kind == "openai_endpoint":
-            return f"openai:{self.model}"
-        return f"hf:{Path(self.model_path).name}" if self.model_path else "hf:tiny-conductor"
+            base = f"openai:{self.model}"
+        else:
+            base = f"hf:{Path(self.model_path).name}" if self.model_path else "hf:tiny-conductor"
+        # The same policy with and without W's numbers in its prompt are two arms.
+        return f"{base}+W" if self.show_predicted_success else base

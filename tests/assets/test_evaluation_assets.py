@@ -1,9 +1,11 @@
 """eval_arms + eval_tables on a 30-question slice of replay-mixed6 in a tmp warehouse, with the
-tiny local HF conductor (random weights: the weak arm), and the leak check failing on a leak."""
+tiny local HF conductor (random weights: the weak arm; shown W's predictions), the W-router arm
+and its train-split-only W, and the leak check failing on a leak."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import dagster as dg
@@ -20,6 +22,7 @@ from conductor_pipeline.records import CallRecord
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model import WorldModel
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
@@ -56,9 +59,11 @@ def materialize(path: Path, tiny: Path, selection: list) -> dg.ExecuteInProcessR
         resources={
             "warehouse": WarehouseResource(database=str(path)),
             "pool": PoolResource(pool=POOL),
-            "conductor": ConductorPolicyResource(model_path=str(tiny), max_new_tokens=24, n_examples=1),
+            "conductor": ConductorPolicyResource(
+                model_path=str(tiny), max_new_tokens=24, n_examples=1, show_predicted_success=True
+            ),
         },
-        run_config={"ops": {"eval_arms": {"config": {"slice_size": SLICE, "repeats": 1}}}},
+        run_config={"ops": {"eval_arms": {"config": {"slice_size": SLICE, "repeats": 1, "world_model_threads": 1}}}},
     )
 
 
@@ -77,13 +82,14 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     arms = metadata(result, "eval_arms")
     assert arms["planned_slice_size"] == SLICE and arms["slice_size"] == SLICE
     assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
-    assert len(arms["arms"]) == 6 + 3 + 1
+    assert len(arms["arms"]) == 6 + 3 + 1 + 1  # solo, baselines, the W-router, the conductor
+    assert "w_router" in arms["arms"] and "conductor:hf:tiny+W" in arms["arms"]
     store = Warehouse(warehouse_path)
     counts = store.query(
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
         {"r": arms["run_id"]},
     )
-    assert counts.height == 10 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    assert counts.height == 11 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
     questions = store.query("SELECT DISTINCT question_id FROM workflows WHERE run_id = $r", {"r": arms["run_id"]})
     assert all(split_of(q) == "eval" for q in questions["question_id"])
 
@@ -94,6 +100,18 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert tables["running_gap"] == "fewer than 50 common questions"
     assert tables["accuracy_vs_cost_plot"].startswith("![accuracy vs cost per arm](data:image/png;base64,")
     assert "no_workflow" in tables["parse_codes"] or "json_decode" in tables["parse_codes"]
+    assert "| w_router " in tables["arm_table"]
+    assert "W-router" in tables["routing_value"] and "oracle headroom recovered" in tables["routing_value"]
+    assert 0.0 <= tables["w_router_accuracy"] <= 1.0
+    assert "w_router" in tables["decomposition"]
+
+    # The W that routed saw only train-split questions: the probed calibration questions, none of the slice.
+    routing_w = WorldModel.load(arms["world_model_path"])
+    probed = set(store.query("SELECT DISTINCT question_id FROM calls WHERE kind = 'probe'")["question_id"])
+    assert routing_w.training_question_ids == probed and arms["world_model_training_questions"] == len(probed)
+    assert all(split_of(q) == "train" for q in routing_w.training_question_ids)
+    assert not routing_w.training_question_ids & set(questions["question_id"])
+    assert check.metadata["world_model_questions_on_eval_split"].value == 0
 
     # The leak check fails once a training rollout is logged on an eval question.
     summary = result.output_for_node("eval_arms")
@@ -111,6 +129,11 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
         context, eval_arms=summary, warehouse=WarehouseResource(database=str(warehouse_path))
     )
     assert verdict.passed is False and verdict.metadata["leaked_training"].value == 1
+
+    # So does a routing W that was trained on an eval-split question.
+    w_leak = dataclasses.replace(summary, extra={**summary.extra, "world_model_training_question_ids": (leaked,)})
+    verdict = eval_slice_has_no_leak(context, eval_arms=w_leak, warehouse=WarehouseResource(database=str(warehouse_path)))
+    assert verdict.passed is False and verdict.metadata["world_model_questions_on_eval_split"].value == 1
 
 
 def test_training_questions_include_the_latest_contested_set_and_logged_rollouts(tmp_path: Path) -> None:

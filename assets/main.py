@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     instance = dg.DagsterInstance.get()
     keys = PROBE_PARTITIONS.get_partition_keys()
     all_partitions = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
-    failed = []
+    failed: list[str] = []
+    gated: list[str] = []
     for job in MAIN_JOBS:
         if args.only and job.name not in args.only:
             continue
@@ -61,14 +62,33 @@ def main(argv: list[str] | None = None) -> int:
         ]
         status = "ok" if result.success else "FAILED"
         print(f"== {job.name}: {status} in {time.monotonic() - started:.0f}s (run {result.run_id}) {' '.join(checks)}")
-        if not result.success:
-            failed.append(job.name)
-            for event in result.all_events:
-                if event.is_step_failure:
-                    print(f"   step {event.step_key} failed: {event.step_failure_data.error.message.strip()}")
+        for event in result.all_events:
+            if not event.is_step_failure:
+                continue
+            error = event.step_failure_data.error
+            if is_blocking_check_failure(error):
+                # A gate that says "no" is a result of the run, not a fault of it.
+                gated.append(event.step_key)
+                print(f"   gate closed at {event.step_key}: downstream assets were not materialized")
+            else:
+                failed.append(event.step_key)
+                print(f"   step {event.step_key} failed: {error.message.strip()}")
     print_headlines(instance)
+    if gated:
+        print(f"\nBlocking checks stopped part of the graph: {', '.join(gated)} (see the check results above)")
+    if failed:
+        print(f"\nFAILED steps: {', '.join(failed)}")
     print(f"\nRuns are in {os.environ.get('DAGSTER_HOME')}; `make ui` opens them at http://127.0.0.1:3000")
     return 1 if failed else 0
+
+
+def is_blocking_check_failure(error) -> bool:
+    """Whether a step failed only because a blocking asset check it ran did not pass."""
+    while error is not None:
+        if error.cls_name == "DagsterAssetCheckFailedError":
+            return True
+        error = error.cause
+    return False
 
 
 def print_headlines(instance) -> None:

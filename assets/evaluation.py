@@ -473,10 +473,13 @@ def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
     share = routing["headroom_recovered"]
     rows = pl.DataFrame(
         {
-            "quantity": ["questions", "best single (calibration-chosen)", "W-router", "oracle", "oracle headroom recovered"],
-            "value": [str(routing["n"]), *(f"{routing[k]:.3f}" for k in ("best_single", "accuracy", "oracle")),
-                      "no headroom" if share is None else f"{share:.3f}"],
-        }
+            "questions": [routing["n"]],
+            "best single (calibration-chosen)": [routing["best_single"]],
+            "W-router": [routing["accuracy"]],
+            "oracle": [routing["oracle"]],
+            "oracle headroom recovered": [share],  # empty cell: the oracle has no headroom
+        },
+        schema_overrides={"oracle headroom recovered": pl.Float64},
     )
     metadata = {
         "routing_value": dg.MetadataValue.md(markdown_table(rows)),

@@ -502,7 +502,13 @@ def eval_tables(
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")
     tokens = store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id})
     order = list(eval_arms.slice_ids)
-    table = arm_table(workflows, planned_size=eval_arms.planned_size, call_tokens=tokens, slice_order=order)
+    table = arm_table(
+        workflows,
+        planned_size=eval_arms.planned_size,
+        call_tokens=tokens,
+        slice_order=order,
+        available=len(eval_arms.slice_ids),
+    )
     gap = running_gap(workflows, slice_order=order)
     common = common_questions(workflows)
     routing = routing_value(table, W_ROUTER_ARM)

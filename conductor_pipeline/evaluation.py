@@ -256,11 +256,18 @@ def _ordered_common(workflows: pl.DataFrame, slice_order: Sequence[str] | None) 
     return [qid for qid in slice_order if qid in common]
 
 
-def n_label(n: int, attempted: int, planned: int) -> str:
-    """`n=380 of 400 planned`, and says so when the run stopped before the planned slice."""
+def n_label(n: int, attempted: int, planned: int, available: int | None = None) -> str:
+    """`n=380 of 400 planned`, and says why when fewer were scored than planned.
+
+    `available` is how many eligible questions the slice actually held: a slice that is smaller
+    than planned is a property of the data, not a run that stopped early.
+    """
     label = f"n={n} of {planned} planned"
-    if attempted < planned:
-        label += f" (stopped early: {attempted} of {planned} questions run)"
+    available = planned if available is None else min(available, planned)
+    if available < planned and attempted >= available:
+        label += f" (the eval split holds only {available} eligible questions)"
+    elif attempted < available:
+        label += f" (stopped early: {attempted} of {available} questions run)"
     elif n < attempted:
         label += f" ({attempted - n} excluded: infrastructure failures)"
     return label
@@ -272,6 +279,7 @@ def arm_table(
     planned_size: int,
     call_tokens: pl.DataFrame | None = None,
     slice_order: Sequence[str] | None = None,
+    available: int | None = None,
 ) -> pl.DataFrame:
     """One row per arm on the common questions: accuracy (mean over repeats, SE, 95% interval),
     cost, latency, tokens and steps per question, and how many questions were run and scored.
@@ -310,7 +318,7 @@ def arm_table(
             {
                 "arm": arm,
                 "n": n,
-                "n_label": n_label(n, attempted, planned_size),
+                "n_label": n_label(n, attempted, planned_size, available),
                 "repeats": repeats,
                 "accuracy": mean,
                 "se": se,
@@ -318,7 +326,8 @@ def arm_table(
                 "ci_high": high,
                 "interval": method,
                 "cost_per_question": frame["cost_usd"].fill_null(0.0).mean(),
-                "latency_per_question_s": frame["latency_s"].fill_null(0.0).mean(),
+                # Unknown latency (replay records none) stays unknown rather than reading as 0 s.
+                "latency_per_question_s": frame["latency_s"].mean(),
                 "tokens_per_question": frame["tokens"].mean(),
                 "mean_steps": parsed["n_steps"].mean() if parsed.height else None,
                 "parse_ok_share": parsed.height / frame.height if frame.height else None,

@@ -237,3 +237,6 @@ def test_n_label_says_when_a_run_stopped_early():
     assert n_label(400, 400, 400) == "n=400 of 400 planned"
     assert "stopped early: 120 of 400" in n_label(118, 120, 400)
     assert "2 excluded" in n_label(398, 400, 400)
+    # a slice smaller than planned because the split has fewer questions is not an early stop
+    assert n_label(384, 384, 400, available=384) == "n=384 of 400 planned (the eval split holds only 384 eligible questions)"
+    assert "stopped early: 100 of 384" in n_label(100, 100, 400, available=384)

@@ -23,7 +23,9 @@ import json
 import math
 import shutil
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -32,12 +34,14 @@ from pydantic import Field
 from tabulate import tabulate
 
 from assets.probing import _artifact_dir, pass_rates
+from assets.world_model import _model_path as world_model_path
 from conductor_pipeline.backends.base import Worker
 from conductor_pipeline.calibration import (
     BAND_HIGH,
     BAND_LOW,
     ContestedRule,
     pass_rate_histogram,
+    routing_anchors,
     select_contested,
 )
 from conductor_pipeline.gates import (
@@ -63,7 +67,7 @@ from conductor_pipeline.prompt import (
 )
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint, split_of
-from conductor_pipeline.synthetic import synthetic_workflows
+from conductor_pipeline.synthetic import warm_start_pairs
 from conductor_pipeline.training import (
     SFT_LOG_HISTORY,
     GRPOSettings,
@@ -73,11 +77,13 @@ from conductor_pipeline.training import (
     _last_checkpoint,
     conductor_prompt_rows,
     make_conductor_reward,
+    reward_for,
     train_grpo,
     warm_start_sft,
 )
 from conductor_pipeline.warehouse import Warehouse, load_sql
-from conductor_pipeline.workflow import WorkflowParseError, parse_workflow
+from conductor_pipeline.workflow import PARSE_OK, parse_code
+from conductor_pipeline.world_model import WorldModel, audit_pruning, prune_zero_variance
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
@@ -89,11 +95,10 @@ GPU_POOL = "gpu"
 DEFAULT_MIN_CONTESTED = 100
 # Progress lines at most this often (a CPU step takes about a second, a GPU step minutes).
 PROGRESS_LOG_INTERVAL_S = 10.0
-# Parse rate before/after the warm start: this many prompts x samples (cheap, and enough to see 0 -> most).
-PARSE_CHECK_PROMPTS = 4
-PARSE_CHECK_SAMPLES = 4
-# Synthetic warm-start pairs are drawn this many per random sub-pool (the GRPO prompts show sub-pools).
-SFT_PAIRS_PER_SUBPOOL = 8
+# Parse rate before/after the warm start: this many prompts x samples at temperature 1. 64 samples
+# tell 6% from 90% at a glance and cost a few seconds on the tiny model.
+PARSE_CHECK_PROMPTS = 8
+PARSE_CHECK_SAMPLES = 8
 PROBE_MANIFEST = "latest_probe.json"
 NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the probe here)"
 
@@ -144,10 +149,63 @@ def _contested_questions(store: Warehouse, manifest: Mapping) -> list[Question]:
     return [Question(**row) for row in frame.iter_rows(named=True)]
 
 
-def _contested_inputs(warehouse: WarehouseResource, pool: PoolResource) -> tuple[PoolConfig, Warehouse, list[Question]]:
+def _train_pass_rates(store: Warehouse, pool_config: PoolConfig) -> pl.DataFrame:
+    """Train-split pass rates of the pool's workers (question_id, worker, samples, successes)."""
+    # successes arrives as DECIMAL(38,0) (count_if is HUGEINT): integer division would truncate rates.
+    return (
+        _train_only(pass_rate_table(store, pool_config.name))
+        .filter(pl.col("worker").is_in(pool_config.worker_names))
+        .select("question_id", "worker", pl.col("samples").cast(pl.Int64), pl.col("successes").cast(pl.Int64))
+    )
+
+
+@dataclass
+class TrainingSet:
+    """What GRPO trains on: the contested questions (less any the world model pruned) and, per
+    question, the workers its random sub-pool must show (empty when sub-pools are unconstrained)."""
+
+    pool_config: PoolConfig
+    store: Warehouse
+    questions: list[Question]
+    anchors: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    skipped: list[Question] = field(default_factory=list)
+    pruning: dict[str, object] | None = None  # None: pruning off
+
+    def pruning_metadata(self) -> dict[str, dg.MetadataValue]:
+        if self.pruning is None:
+            return {"world_model_pruning": dg.MetadataValue.text("off")}
+        return {
+            "world_model_pruning": dg.MetadataValue.json(self.pruning),
+            "pruned_questions": dg.MetadataValue.int(len(self.skipped)),
+        }
+
+
+def _prune(trainer: TrainerResource, warehouse: WarehouseResource, pool_config: PoolConfig, questions: list[Question]):
+    """(kept, skipped, summary): questions W predicts every worker solves, or none does, are skipped."""
+    path = world_model_path(warehouse, pool_config.name)
+    if not path.is_file():
+        raise dg.Failure(f"prune_with_world_model is on but no world model is at {path}: materialize world_model first")
+    kept, skipped = prune_zero_variance(
+        WorldModel.load(path), questions, pool_config.workers, low=trainer.prune_low, high=trainer.prune_high
+    )
+    if not kept:
+        raise dg.Failure(f"the world model at {path} pruned all {len(questions)} contested questions: nothing to train on")
+    summary = {
+        "world_model": str(path), "low": trainer.prune_low, "high": trainer.prune_high,
+        "contested": len(questions), "kept": len(kept), "skipped": len(skipped),
+    }
+    return kept, skipped, summary
+
+
+def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: TrainerResource) -> TrainingSet:
     pool_config = pool.load()
     store = warehouse.get_warehouse()
-    return pool_config, store, _contested_questions(store, read_contested_manifest(warehouse, pool_config.name))
+    questions = _contested_questions(store, read_contested_manifest(warehouse, pool_config.name))
+    anchors = routing_anchors(_train_pass_rates(store, pool_config)) if trainer.contested_subpools else {}
+    if not trainer.prune_with_world_model:
+        return TrainingSet(pool_config, store, questions, anchors)
+    kept, skipped, summary = _prune(trainer, warehouse, pool_config, questions)
+    return TrainingSet(pool_config, store, kept, anchors, skipped, summary)
 
 
 def _seat_catalogue(pool_config: PoolConfig) -> dict[str, CatalogueEntry]:
@@ -159,9 +217,14 @@ def _examples(trainer: TrainerResource) -> list[PromptExample]:
 
 
 def _prompt_rows(
-    questions: Sequence[Question], pool_config: PoolConfig, trainer: TrainerResource, settings: GRPOSettings
+    questions: Sequence[Question],
+    pool_config: PoolConfig,
+    trainer: TrainerResource,
+    settings: GRPOSettings,
+    anchors: Mapping[str, tuple[list[str], list[str]]] | None = None,
 ) -> list[dict]:
-    """GRPO dataset rows: each question with the (possibly random) sub-pool its prompt shows."""
+    """GRPO dataset rows: each question with the (possibly random) sub-pool its prompt shows;
+    with `anchors`, that sub-pool holds one of the question's best and one of its worst workers."""
     catalogue = _seat_catalogue(pool_config)
     examples = _examples(trainer)
 
@@ -175,6 +238,7 @@ def _prompt_rows(
         randomize_pools=settings.randomize_pools,
         min_pool_size=settings.min_pool_size,
         seed=settings.seed,
+        must_show=(lambda q: anchors.get(q.question_id, ())) if anchors else None,
     )
 
 
@@ -183,7 +247,8 @@ class PoolExecutor:
 
     Orchestrators and governors are built per event loop (asyncio primitives bind to the loop that
     first waits on them; TRL awaits async rewards on its own loop thread) and per shown sub-pool.
-    Nothing is recorded: the per-step aggregates go to `training_steps`.
+    Nothing is recorded in the warehouse (the per-step aggregates go to `training_steps`); each
+    verdict is kept in memory per question (`observed`) for the pruning audit.
     """
 
     def __init__(self, pool_config: PoolConfig, workers: Mapping[str, Worker], questions: Sequence[Question], naming: str):
@@ -193,6 +258,7 @@ class PoolExecutor:
         self.naming = naming
         self._orchestrators: dict[tuple[int, tuple[str, ...]], Orchestrator] = {}
         self._governors: dict[int, Governor] = {}
+        self.observed: dict[str, list[RolloutVerdict]] = {}
 
     def _orchestrator(self, shown: tuple[str, ...]) -> Orchestrator:
         loop_id = id(asyncio.get_running_loop())
@@ -205,8 +271,15 @@ class PoolExecutor:
 
     async def __call__(self, completion: str, row: dict) -> RolloutVerdict:
         orchestrator = self._orchestrator(tuple(row["workers"]))
-        parse_code, correct = await orchestrator.score_completion(self.questions[row["question_id"]], completion)
-        return RolloutVerdict(parse_code, correct)
+        code, correct = await orchestrator.score_completion(self.questions[row["question_id"]], completion)
+        verdict = RolloutVerdict(code, correct)
+        self.observed.setdefault(row["question_id"], []).append(verdict)
+        return verdict
+
+    def observed_rewards(self, variant: str) -> dict[str, list[float]]:
+        """Question id -> the scored rewards of its rollouts so far (infrastructure failures left out)."""
+        rewards = {qid: [reward_for(v, variant) for v in verdicts] for qid, verdicts in self.observed.items()}
+        return {qid: [r for r in values if r is not None] for qid, values in rewards.items()}
 
 
 def _warehouse_row(run_id: str, phase: str, row: Mapping) -> dict:
@@ -236,10 +309,8 @@ def _warehouse_row(run_id: str, phase: str, row: Mapping) -> dict:
 def _run_grpo(
     context: dg.AssetExecutionContext,
     *,
-    store: Warehouse,
-    pool: PoolResource,
-    pool_config: PoolConfig,
-    questions: Sequence[Question],
+    training: TrainingSet,
+    executor: PoolExecutor,
     trainer: TrainerResource,
     settings: GRPOSettings,
     output_dir: Path,
@@ -247,9 +318,9 @@ def _run_grpo(
     phase: str,
     resume: bool,
 ) -> TrainingOutcome:
-    """GRPO on `questions` with rollouts executed against the pool; one warehouse row per step."""
-    rows = _prompt_rows(questions, pool_config, trainer, settings)
-    executor = PoolExecutor(pool_config, pool.build_workers(), questions, trainer.naming)
+    """GRPO on the training set with rollouts executed against the pool; one warehouse row per step."""
+    store, pool_config = training.store, training.pool_config
+    rows = _prompt_rows(training.questions, pool_config, trainer, settings, training.anchors)
     reward = make_conductor_reward(
         executor, settings.reward_variant, cost_weight=settings.cost_weight, group_size=settings.num_generations
     )
@@ -389,12 +460,7 @@ def contested_set(
     pool_config = pool.load()
     store = warehouse.get_warehouse()
     workers = pool_config.worker_names
-    # successes arrives as DECIMAL(38,0) (count_if is HUGEINT): integer division would truncate rates.
-    rates = (
-        _train_only(pass_rate_table(store, pool_config.name))
-        .filter(pl.col("worker").is_in(workers))
-        .select("question_id", "worker", pl.col("samples").cast(pl.Int64), pl.col("successes").cast(pl.Int64))
-    )
+    rates = _train_pass_rates(store, pool_config)
     if rates.is_empty():
         raise dg.Failure(f"no train-split probe pass rates for pool {pool_config.name!r}: materialize pass_rates first")
     first = _train_only(store.query_file("first_probe_samples", {"pool": pool_config.name})).filter(
@@ -476,50 +542,51 @@ def contested_set_size(warehouse: WarehouseResource, pool: PoolResource) -> dg.A
 # ---------------------------------------------------------------------------- warm start
 
 
-def _synthetic_pairs(
-    questions: Sequence[Question], pool_config: PoolConfig, trainer: TrainerResource, settings: GRPOSettings
-) -> list[tuple[list[dict], str]]:
-    """Warm-start pairs shaped like the GRPO prompts: the same (random) sub-pools, naming and examples."""
-    catalogue = _seat_catalogue(pool_config)
-    n_subpools = math.ceil(trainer.sft_examples / SFT_PAIRS_PER_SUBPOOL)
-    cycled = [questions[i % len(questions)] for i in range(n_subpools)]
-    subpools = conductor_prompt_rows(
-        cycled, pool_config.worker_names, lambda _q, _shown: [], randomize_pools=settings.randomize_pools,
-        min_pool_size=settings.min_pool_size, seed=settings.seed + 1,
-    )
-    problems = [q.problem for q in questions]
-    examples = _examples(trainer)
-    pairs: list[tuple[list[dict], str]] = []
-    for index, row in enumerate(subpools):
-        n = min(SFT_PAIRS_PER_SUBPOOL, trainer.sft_examples - len(pairs))
-        pairs += synthetic_workflows(
-            problems, [catalogue[name] for name in row["workers"]], n=n, seed=settings.seed + index,
-            naming=trainer.naming, examples=examples,
-        )
-    return pairs
-
-
-def parse_rate(model_path: Path | str, rows: Sequence[dict], naming: str, max_new_tokens: int, samples: int) -> float:
-    """Share of sampled completions (temperature 1) that parse against the workers each prompt showed."""
+async def _sample(model_path: Path | str, rows: Sequence[dict], samples: int, max_new_tokens: int) -> list[tuple[dict, str]]:
+    """`samples` completions per row at temperature 1 (the rollout temperature), seeded per row."""
     policy = HFLocalPolicy(model_path)
-
-    async def sample_all() -> list[tuple[dict, str]]:
-        texts = []
+    texts = []
+    try:
         for index, row in enumerate(rows):
             outputs = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
             texts += [(row, out.text) for out in outputs]
+    finally:
         await policy.aclose()
-        return texts
+    return texts
 
-    parsed = 0
-    texts = asyncio.run(sample_all())
-    for row, text in texts:
-        try:
-            parse_workflow(text, displayed_worker_names(row["workers"], naming))
-            parsed += 1
-        except WorkflowParseError:
-            pass
-    return parsed / len(texts) if texts else 0.0
+
+def parse_check(model_path: Path | str, rows: Sequence[dict], naming: str, max_new_tokens: int, samples: int) -> tuple[float, dict[str, int]]:
+    """(share of sampled completions that parse, count per parse code) at temperature 1, each
+    completion parsed against the workers its prompt showed."""
+    texts = asyncio.run(_sample(model_path, rows, samples, max_new_tokens))
+    codes = Counter(parse_code(text, displayed_worker_names(row["workers"], naming)) for row, text in texts)
+    return (codes[PARSE_OK] / len(texts) if texts else 0.0), dict(codes.most_common())
+
+
+def _audit_skipped(
+    model_path: Path | str, training: TrainingSet, executor: PoolExecutor, trainer: TrainerResource, settings: GRPOSettings
+) -> dict[str, object] | None:
+    """Sample the policy on a few skipped questions (no gradient) and audit the skip against their rewards."""
+    sample = training.skipped[: trainer.prune_audit_questions]
+    if not sample:
+        return None
+    rows = _prompt_rows(sample, training.pool_config, trainer, settings, training.anchors)
+
+    async def rollouts() -> None:
+        for row, text in await _sample(model_path, rows, settings.num_generations, settings.max_completion_length):
+            await executor(text, row)
+
+    asyncio.run(rollouts())
+    rewards = executor.observed_rewards(settings.reward_variant)
+    audit = audit_pruning(sample, {q.question_id: rewards.get(q.question_id, []) for q in sample})
+    return {"sampled": len(sample), "observed": audit.observed, "really_zero_variance": audit.really_zero_variance,
+            "precision": audit.precision, "describe": audit.describe()}
+
+
+def _flat_groups(rewards: Mapping[str, Sequence[float]]) -> dict[str, int]:
+    """How many questions' observed rewards were all equal, of those with at least two."""
+    observed = [r for r in rewards.values() if len(r) >= 2]
+    return {"observed": len(observed), "zero_variance": sum(1 for r in observed if max(r) - min(r) < 1e-9)}
 
 
 def _loss_png(history: list[dict]) -> bytes | None:
@@ -544,37 +611,52 @@ def warm_start_policy(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
     """The policy GRPO starts from: SFT on synthetic valid workflows over the pool's workers (format only)."""
-    pool_config, store, questions = _contested_inputs(warehouse, pool)
+    training = _training_set(warehouse, pool, trainer)
+    pool_config = training.pool_config
     settings = trainer.grpo_settings()
     started = time.monotonic()
     base = trainer.base_policy_path()
-    check_rows = _prompt_rows(questions[:PARSE_CHECK_PROMPTS], pool_config, trainer, settings)
-    before = parse_rate(base, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
-    context.log.info(f"base policy {base}: parse rate {before:.2f} on {len(check_rows) * PARSE_CHECK_SAMPLES} samples")
+    # Exactly the GRPO prompts (same sub-pools, naming, examples): the format learnt is the one scored.
+    rows = _prompt_rows(training.questions, pool_config, trainer, settings, training.anchors)
+    check_rows = rows[:PARSE_CHECK_PROMPTS]
+    n_checked = len(check_rows) * PARSE_CHECK_SAMPLES
+    before, codes_before = parse_check(base, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
+    context.log.info(f"base policy {base}: parse rate {before:.2f} on {n_checked} samples")
     metadata: dict[str, dg.MetadataValue] = {
         "base_policy": dg.MetadataValue.text(str(base)),
         "parse_rate_before": dg.MetadataValue.float(before),
+        "parse_codes_before": dg.MetadataValue.json(codes_before),
         "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {PARSE_CHECK_SAMPLES} samples, temperature 1"),
+        **training.pruning_metadata(),
     }
     if not trainer.sft_warm_start:
         context.log.info("warm start disabled: GRPO starts from the base policy")
         return dg.MaterializeResult(metadata={**metadata, "model_path": dg.MetadataValue.path(str(base)), "warm_start": False})
-    pairs = _synthetic_pairs(questions, pool_config, trainer, settings)
+    style = trainer.warm_start_style
+    pairs = warm_start_pairs(rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.naming, style=style)
     sft = trainer.sft_settings()
-    context.log.info(f"warm start: {len(pairs)} synthetic pairs, {sft.max_steps} SFT steps")
+    context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
+    sft_started = time.monotonic()
     out = warm_start_sft(base, pairs, sft, trainer.warm_start_dir(pool_config.name))
-    after = parse_rate(out, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
+    sft_elapsed = time.monotonic() - sft_started
+    after, codes_after = parse_check(out, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
     history_path = out / SFT_LOG_HISTORY
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     elapsed = time.monotonic() - started
-    context.log.info(f"warm start done in {elapsed:.0f}s: parse rate {before:.2f} -> {after:.2f}; model at {out}")
+    context.log.info(
+        f"warm start done in {elapsed:.0f}s: parse rate {before:.2f} -> {after:.2f} at temperature 1 "
+        f"({n_checked} samples; failures {dict((c, n) for c, n in codes_after.items() if c != PARSE_OK)}); model at {out}"
+    )
     metadata.update(
         model_path=dg.MetadataValue.path(str(out)),
         warm_start=dg.MetadataValue.bool(True),
         parse_rate_after=dg.MetadataValue.float(after),
+        parse_codes_after=dg.MetadataValue.json(codes_after),
         synthetic_pairs=dg.MetadataValue.int(len(pairs)),
+        synthetic_style=dg.MetadataValue.text(style),
         sft_steps=dg.MetadataValue.int(sft.max_steps),
         final_loss=dg.MetadataValue.float(float(next((h["loss"] for h in reversed(history) if "loss" in h), float("nan")))),
+        sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
     )
     png = _loss_png(history)
@@ -596,16 +678,25 @@ def grpo_probe_run(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
     """A short GRPO run (default 20 steps) on the contested set: does a group's reward ever vary?"""
-    pool_config, store, questions = _contested_inputs(warehouse, pool)
+    training = _training_set(warehouse, pool, trainer)
+    pool_config, store = training.pool_config, training.store
     settings = trainer.grpo_settings(steps=trainer.probe_steps)
     probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
+    executor = PoolExecutor(pool_config, pool.build_workers(), [*training.questions, *training.skipped], trainer.naming)
     outcome = _run_grpo(
-        context, store=store, pool=pool, pool_config=pool_config, questions=questions, trainer=trainer,
+        context, training=training, executor=executor, trainer=trainer,
         settings=settings, output_dir=output_dir, run_id=probe_run_id, phase="probe", resume=False,
     )
     elapsed = time.monotonic() - started
+    observed = executor.observed_rewards(settings.reward_variant)
+    pruning = None
+    if training.pruning is not None:
+        # The kept questions' flat share (from the probe) next to the skipped ones' (sampled for the audit).
+        audit = _audit_skipped(trainer.start_policy_path(pool_config.name), training, executor, trainer, settings)
+        pruning = {**training.pruning, "kept_observed": _flat_groups(observed), "skipped_audit": audit}
+        context.log.info(f"world-model pruning: {pruning}")
     # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
     for checkpoint in output_dir.glob("checkpoint-*"):
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -619,7 +710,9 @@ def grpo_probe_run(
         "group_size": settings.num_generations,
         "groups_per_step": settings.questions_per_step,
         "steps": steps,
-        "contested_questions": len(questions),
+        "contested_questions": len(training.questions) + len(training.skipped),
+        "trained_questions": len(training.questions),
+        "world_model_pruning": pruning,
     }
     manifest_path = trainer.probe_dir(pool_config.name) / PROBE_MANIFEST
     manifest_path.write_text(json.dumps(manifest, indent=1))
@@ -639,12 +732,21 @@ def grpo_probe_run(
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
             "seconds_per_step": dg.MetadataValue.float(round(elapsed / max(outcome.global_step, 1), 2)),
             "settings": dg.MetadataValue.json(settings.describe()),
+            "contested_subpools": dg.MetadataValue.bool(trainer.contested_subpools),
+            "world_model_pruning": dg.MetadataValue.json(pruning) if pruning else dg.MetadataValue.text("off"),
+            **({"pruned_questions": dg.MetadataValue.int(len(training.skipped))} if pruning else {}),
             **_curve_metadata(
                 store, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
                 trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold,
             ),
         }
     )
+
+
+def _probe_audit_metadata(manifest: Mapping | None) -> dict[str, dg.MetadataValue]:
+    """The probe's audit of world-model pruning, repeated on the checkpoint it licensed."""
+    audit = (manifest or {}).get("world_model_pruning")
+    return {"probe_pruning_audit": dg.MetadataValue.json(audit)} if audit else {}
 
 
 def _verdict_metadata(verdict: GateVerdict) -> dict[str, object]:
@@ -698,7 +800,8 @@ def conductor_checkpoint(
     except GateClosedError as exc:
         raise dg.Failure(str(exc), metadata={"gate_path": str(trainer.gate_path(pool_config.name))}) from exc
     context.log.info(f"gate open: {verdict.describe()}")
-    _, store, questions = _contested_inputs(warehouse, pool)
+    training = _training_set(warehouse, pool, trainer)
+    store = training.store
     settings = trainer.grpo_settings()
     output_dir = trainer.checkpoint_dir(pool_config.name)
     run_id = f"grpo-{pool_config.name}"
@@ -706,8 +809,9 @@ def conductor_checkpoint(
     with store.connect() as con:  # steps a killed run logged past its last checkpoint are recomputed
         con.execute(load_sql("delete_training_steps_after"), {"run_id": run_id, "step": resume_step})
     started = time.monotonic()
+    executor = PoolExecutor(pool_config, pool.build_workers(), training.questions, trainer.naming)
     outcome = _run_grpo(
-        context, store=store, pool=pool, pool_config=pool_config, questions=questions, trainer=trainer,
+        context, training=training, executor=executor, trainer=trainer,
         settings=settings, output_dir=output_dir, run_id=run_id, phase="grpo", resume=True,
     )
     elapsed = time.monotonic() - started
@@ -726,6 +830,8 @@ def conductor_checkpoint(
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
             "gate": dg.MetadataValue.json(_verdict_metadata(verdict)),
             "settings": dg.MetadataValue.json(settings.describe()),
+            **training.pruning_metadata(),
+            **_probe_audit_metadata(manifest),
             **_curve_metadata(
                 store, run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
                 output_dir / "curves.png", trainer.zero_variance_threshold,

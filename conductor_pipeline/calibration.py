@@ -175,3 +175,26 @@ def pass_rate_histogram(pass_rates: pl.DataFrame, bins: int = 5) -> pl.DataFrame
     index = np.minimum((means["mean"].to_numpy() * bins).astype(int), bins - 1)
     counts = np.bincount(index, minlength=bins)
     return pl.DataFrame({"pool_mean_pass_rate": labels, "questions": counts.tolist()})
+
+
+def routing_anchors(pass_rates: pl.DataFrame) -> dict[str, tuple[list[str], list[str]]]:
+    """Per question whose workers differ: (its best workers, its worst workers) by pass rate.
+
+    Why: a randomised sub-pool that happens to show only solvers (or only failers) of a contested
+    question removes the routing decision the question was chosen for, and every rollout of it
+    scores the same. Showing one worker of each list keeps the decision in every sub-pool
+    (`conductor_pipeline.training.conductor_prompt_rows(must_show=...)`).
+    """
+    rates = pass_rates
+    if "pass_rate" not in rates.columns:
+        rates = rates.with_columns(pass_rate=pl.col("successes") / pl.col("samples"))
+    extremes = rates.group_by("question_id").agg(
+        best=pl.col("worker").filter(pl.col("pass_rate") == pl.col("pass_rate").max()).sort(),
+        worst=pl.col("worker").filter(pl.col("pass_rate") == pl.col("pass_rate").min()).sort(),
+        spread=pl.col("pass_rate").max() - pl.col("pass_rate").min(),
+    )
+    return {
+        qid: (list(best), list(worst))
+        for qid, best, worst, spread in extremes.iter_rows()
+        if spread > 0
+    }

@@ -12,16 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from conductor_pipeline.paths import PROJECT_ROOT
 
 # Bump when the build recipe changes, so cached builds with the old recipe are rebuilt.
-TINY_MODEL_RECIPE_VERSION = 2
+TINY_MODEL_RECIPE_VERSION = 3
 # Written last into a finished build; its presence (with a matching hash) means "reuse".
 MANIFEST_NAME = "tiny_model_manifest.json"
 # Qwen2.5's special tokens, so prompts and templates look exactly like the real conductor's.
@@ -72,14 +71,12 @@ _FALLBACK_QUESTIONS = (
     "A train travels 60 miles per hour for 3 hours. How far does it travel?",
 )
 
-_SUBTASK_PHRASES = (
-    "Solve the problem step by step and give the final answer in \\boxed{}.",
-    "Check the previous solution for errors and give the corrected final answer.",
-    "Break the problem into smaller parts and solve the first part.",
-    "Compute the final numeric answer using the results so far.",
-    "Verify the arithmetic and state the answer.",
-    "Answer the question directly.",
-)
+# Copies of each shipped pool's conductor prompt in the corpus: the system prompt is most of every
+# sequence the policy reads (~90% of a GRPO rollout's tokens), so its words deserve merges of
+# their own; a few copies outweigh the same words in scattered math text.
+PROMPT_COPIES = 20
+# Rendered workflow targets (both synthetic styles) in the corpus: what the conductor writes.
+FORMAT_STRINGS = 400
 
 
 def _corpus_questions(limit: int) -> list[str]:
@@ -99,33 +96,30 @@ def _corpus_questions(limit: int) -> list[str]:
     return questions or list(_FALLBACK_QUESTIONS)
 
 
-def _workflow_format_strings(count: int, seed: int) -> Iterator[str]:
-    """Strings in both workflow forms the parser accepts, so their punctuation gets merges."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        n_steps = rng.randint(1, 5)
-        workers = [rng.randrange(4) for _ in range(n_steps)]
-        subtasks = [rng.choice(_SUBTASK_PHRASES) for _ in range(n_steps)]
-        access = [rng.choice(('"all"', "[]")) if i else "[]" for i in range(n_steps)]
-        yield (
-            f"model_id = {workers}\n"
-            f"subtasks = {json.dumps(subtasks)}\n"
-            f"access_list = [{', '.join(access)}]"
-        )
-        steps = [
-            {"worker": f"Model {w}", "subtask": s, "sees": "all" if i else []}
-            for i, (w, s) in enumerate(zip(workers, subtasks, strict=True))
-        ]
-        yield "```json\n" + json.dumps({"steps": steps}) + "\n```"
+def conductor_prompt_texts() -> list[str]:
+    """The conductor's system prompt over each shipped pool's catalogue (data/pools/*.yaml)."""
+    from conductor_pipeline.paths import POOLS_DIR
+    from conductor_pipeline.pools import PoolConfigError, load_pool
+    from conductor_pipeline.prompt import build_conductor_prompt, catalogue_from_pool
+
+    texts = []
+    for path in sorted(POOLS_DIR.glob("*.yaml")):
+        try:
+            catalogue = catalogue_from_pool(load_pool(path))
+        except PoolConfigError:
+            continue
+        texts.append(build_conductor_prompt("", catalogue, naming="ordinal")[0]["content"])
+    return texts
 
 
 def default_tokenizer_corpus(seed: int = 0) -> list[str]:
-    """Math questions plus workflow-format strings: what the conductor reads and writes."""
-    catalogue = [f"Model {i}: a worker model that answers math questions." for i in range(8)]
+    """Math questions, the conductor prompts and rendered workflows: what the conductor reads and writes."""
+    from conductor_pipeline.synthetic import format_corpus
+
     return (
         _corpus_questions(DEFAULT_CORPUS_QUESTIONS)
-        + list(_workflow_format_strings(300, seed))
-        + catalogue
+        + conductor_prompt_texts() * PROMPT_COPIES
+        + format_corpus(FORMAT_STRINGS, seed)
     )
 
 

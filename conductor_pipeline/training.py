@@ -25,6 +25,40 @@ TRL 1.16 behaviours this module relies on (verified in the installed source, trl
   RNG and `global_step`; a larger `max_steps` on the rerun continues the count.
 - `DefaultFlowCallback` saves at `save_steps` multiples and at `max_steps`; an early stop (a
   callback setting `should_training_stop`) does not save by itself, so `train_grpo` does.
+
+The CPU profile, choice by choice (measured with scripts/tune_cpu_conductor.py on a copy of a
+finished default run: pool replay-mixed6, 390 contested questions; parse rate = share of 64
+samples at temperature 1 that parse; 2 shared cores, so seconds are +-30%):
+- Starting point (64-wide 2-layer model, "paper" warm-start targets, 120 SFT steps at lr 1e-2,
+  groups of 4, completion cap 96): parse rate 0.06 after the warm start, 0.725 of the probe's
+  40 groups without reward variance: the gate (rightly) refused to train.
+- The completion cap cut a third of the lessons: a three-step "paper" target is ~130 tiny-tokens,
+  the cap was 96, so every sampled three-step workflow was truncated. The CPU profile's targets
+  are now "compact" (lists only, four fixed phrasings; `conductor_pipeline.synthetic`), at most
+  64 tokens with the end-of-turn token; the cap is 80 (a test checks every target fits).
+- The tokenizer had never seen the conductor's prompt nor the targets' wording ("Give" was two
+  tokens): its corpus now holds the shipped pools' conductor prompts and rendered targets, so a
+  six-worker prompt is 601 tokens instead of 875: every SFT and GRPO step reads ~30% fewer.
+- Compact targets alone (same 64x2 model, 120 steps): parse rate 0.73, loss 0.096.
+- The warm start trains on exactly the GRPO prompts (same sub-pools, naming, catalogue text).
+- Sub-pools keep the routing decision (`conductor_prompt_rows(must_show=...)`): with uniform
+  random sub-pools, a question shown only workers that all solve it (common: 168 of the 390 are
+  missed by one worker only) scores every rollout alike whatever the policy writes; computed
+  from the recorded answers, a perfectly formatted, uniformly routing policy would leave 0.47 of
+  groups of 4 flat (0.34 of groups of 8). Showing one of the question's best and one of its worst
+  workers in every sub-pool brings that floor to 0.25 (groups of 4) and 0.075 (groups of 8).
+- Groups of 8 (the paper: 64; TRL reports the group size next to the figure): with groups of 4,
+  the 64x2 compact model's probe had 0.25 of 20 groups flat (the gate fails); groups of 8 cost
+  ~2.5 s per step here and leave ~0.05.
+- 128 wide, 2 layers: per SFT step about as cheap as 64 wide on 2 cores (both are
+  overhead-bound) and learns the format in fewer steps: 0.78 parse rate at 120 steps, 0.89 at
+  200. 4 layers (lr 5e-3, 160 steps): 0.84, but ~1.8x the SFT time, over the time budget;
+  192 wide (lr 5e-3, 120 steps): 0.63.
+- SFT lr 7e-3, 10% warmup, 160 steps (cosine): lr 1e-2 was at the edge of stability (seed 1: loss
+  stuck at 0.26, parse rate 0.02; lr 2e-2 diverged); 7e-3 over 160 steps gave 0.77 / 0.73 parse
+  rate on seeds 0 / 1 in ~2.5 minutes. 256 pairs (3-5 passes) beat 960 pairs seen once (0.47).
+- Temperature stays the paper's 1.0: it is what the gate and GRPO sample at, and the spread over
+  workers it gives is the exploration GRPO needs.
 """
 
 from __future__ import annotations
@@ -220,19 +254,34 @@ def conductor_prompt_rows(
     min_pool_size: int = 2,
     seed: int = 0,
     question_id: Callable[[Any], str] = lambda q: q.question_id,
+    must_show: Callable[[Any], Sequence[Sequence[str]]] | None = None,
 ) -> list[dict]:
     """One GRPO dataset row per question: `prompt` (chat messages), `question_id`, `workers`.
 
     With `randomize_pools` (the paper), each question shows a random subset of the pool (at least
     `min_pool_size` workers, order shuffled), so the policy learns to route over unseen pools;
     `workers` records exactly what that prompt displayed, which the reward's parser must use.
+    `must_show(question)` gives groups of workers; each random subset then holds one worker of
+    every (non-empty) group, e.g. (solvers, failers) so that a contested question stays contested
+    in the sub-pool it is shown with (see `routing_anchors`).
     """
     rng = random.Random(seed)
     rows = []
     for question in questions:
         shown = list(workers)
         if randomize_pools and len(shown) > min_pool_size:
-            shown = rng.sample(shown, rng.randint(min_pool_size, len(shown)))
+            size = rng.randint(min_pool_size, len(shown))
+            if must_show is None:
+                shown = rng.sample(shown, size)
+            else:
+                anchors: list[str] = []
+                for group in must_show(question):
+                    options = [w for w in group if w in shown and w not in anchors]
+                    if options:
+                        anchors.append(rng.choice(options))
+                rest = [w for w in shown if w not in anchors]
+                shown = anchors[:size] + rng.sample(rest, max(0, size - len(anchors)))
+                rng.shuffle(shown)  # anchors at fixed positions would teach position, not routing
         rows.append(
             {"prompt": build_messages(question, shown), "question_id": question_id(question), "workers": shown}
         )
@@ -247,6 +296,9 @@ def _help(text: str) -> dict[str, str]:
 
 
 TINY_POLICY = "tiny"  # the offline model from conductor_pipeline.tiny_models (CPU profile)
+# The tiny CPU policy's shape (see the module docstring for the measurements behind it).
+CPU_POLICY_HIDDEN_SIZE = 128
+CPU_POLICY_LAYERS = 2
 
 
 @dataclass(frozen=True)
@@ -314,17 +366,18 @@ class GRPOSettings:
 
     @classmethod
     def cpu_profile(cls, **overrides: Any) -> GRPOSettings:
-        """The embedded default and CI: the tiny offline model, groups of 4, a few dozen steps.
+        """The embedded default and CI: the tiny offline model, groups of 8, a few dozen steps.
 
-        lr is far above the paper's: a random-init 64-wide model moves nowhere at 1e-6 in 24 steps.
+        lr is far above the paper's: a tiny model moves nowhere at 1e-6 in 24 steps. Groups of 8
+        and the 80-token cap: see the module docstring.
         """
         settings = cls(
             policy_model=TINY_POLICY,
-            num_generations=4,
+            num_generations=8,
             questions_per_step=2,
             max_steps=24,
             learning_rate=1e-4,
-            max_completion_length=96,
+            max_completion_length=80,
             per_device_train_batch_size=8,
             gradient_checkpointing=False,
             bf16=False,
@@ -432,17 +485,16 @@ class SFTSettings:
     def cpu_profile(cls, **overrides: Any) -> SFTSettings:
         """Tiny model, high lr, short run: enough for the format to appear in samples.
 
-        Measured on the 64-wide tiny model (3 workers, short prompts): lr 3e-3 x 80 steps left
-        loss 0.57 and 0/40 parseable samples at temperature 1; lr 1e-2 x 60 steps: loss 0.18,
-        6/40 parseable; lr 1e-2 x 120 steps: loss 0.12, 39/40 parseable. The last tenths of
-        loss are what make sampled structure reliable.
+        The last tenths of loss are what make sampled structure reliable. Measured on the real
+        conductor prompts (module docstring): lr 7e-3 x 160 steps with 10% warmup, parse rate
+        ~0.75 at temperature 1 on two seeds; lr 1e-2 was unstable on one seed of two.
         """
         settings = cls(
-            learning_rate=1e-2,
-            max_steps=120,
+            learning_rate=7e-3,
+            max_steps=160,
             per_device_train_batch_size=8,
             max_length=1024,
-            warmup_steps=0.05,
+            warmup_steps=0.1,
             bf16=False,
             use_cpu=True,
             gradient_checkpointing=False,

@@ -16,19 +16,34 @@ import dagster as dg
 from pydantic import Field
 
 from conductor_pipeline.gates import ZERO_VARIANCE_THRESHOLD
+from conductor_pipeline.synthetic import SyntheticStyle
 from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.tiny_models import build_tiny_causal_lm
-from conductor_pipeline.training import TINY_POLICY, GRPOSettings, SFTSettings
+from conductor_pipeline.training import (
+    CPU_POLICY_HIDDEN_SIZE,
+    CPU_POLICY_LAYERS,
+    TINY_POLICY,
+    GRPOSettings,
+    SFTSettings,
+)
 
 DEFAULT_OUTPUT_ROOT = ARTIFACTS_DIR / "training"
 # The paper trains a 7B conductor; 1.5B fits a single 24-48 GB GPU with colocated vLLM.
 GPU_DEFAULT_POLICY = "Qwen/Qwen2.5-7B-Instruct"
-# Synthetic warm-start pairs: enough for a 64-wide model to learn the list format in ~60 steps.
+# Synthetic warm-start pairs: 160 steps x 8 see each 5 times; measured better than 960 pairs seen once.
 DEFAULT_SFT_EXAMPLES = 256
 # In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where the tiny
 # model's prompt length is its main cost and the warm start teaches the format instead.
 CPU_PROMPT_EXAMPLES = 0
 GPU_PROMPT_EXAMPLES = 4
+# Warm-start targets: the paper's shapes with a reasoning line for instruct models; the compact
+# lists-only style for the tiny CPU model (why: conductor_pipeline.synthetic's docstring).
+CPU_SYNTHETIC_STYLE: SyntheticStyle = "compact"
+GPU_SYNTHETIC_STYLE: SyntheticStyle = "paper"
+# World-model pruning: skip a question when W predicts every shown worker above HIGH or below LOW.
+PRUNE_LOW, PRUNE_HIGH = 0.05, 0.95
+# Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
+PRUNE_AUDIT_QUESTIONS = 8
 
 
 class TrainerResource(dg.ConfigurableResource):
@@ -49,7 +64,7 @@ class TrainerResource(dg.ConfigurableResource):
     )
     probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (the reproduction: 20)")
     train_steps: int | None = Field(None, ge=1, description="GRPO steps of the full run; empty: the profile's (cpu 24, gpu 200)")
-    group_size: int | None = Field(None, ge=2, description="Rollouts per question; empty: the profile's (cpu 4, gpu 64)")
+    group_size: int | None = Field(None, ge=2, description="Rollouts per question; empty: the profile's (cpu 8, gpu 64)")
     questions_per_step: int | None = Field(None, ge=1, description="Questions per step; empty: the profile's (cpu 2, gpu 4)")
     max_completion_length: int | None = Field(None, ge=8, description="Token cap per rollout; empty: the profile's")
     learning_rate: float | None = Field(None, gt=0, description="Empty: the profile's (cpu 1e-4, gpu 1e-6)")
@@ -58,7 +73,26 @@ class TrainerResource(dg.ConfigurableResource):
     vllm_server_base_url: str | None = Field(None, description="gpu + server mode: base URL of `trl vllm-serve`")
     sft_warm_start: bool = Field(True, description="Supervised warm start on synthetic valid workflows before GRPO")
     sft_examples: int = Field(DEFAULT_SFT_EXAMPLES, ge=1, description="Synthetic warm-start pairs")
-    sft_steps: int | None = Field(None, ge=1, description="Warm-start optimizer steps; empty: the profile's (cpu 60, gpu 100)")
+    sft_steps: int | None = Field(None, ge=1, description="Warm-start optimizer steps; empty: the profile's")
+    sft_learning_rate: float | None = Field(None, gt=0, description="Warm-start learning rate; empty: the profile's")
+    synthetic_style: Literal["auto", "paper", "compact"] = Field(
+        "auto", description=f"Warm-start targets; auto: '{CPU_SYNTHETIC_STYLE}' on cpu, '{GPU_SYNTHETIC_STYLE}' on gpu"
+    )
+    contested_subpools: bool = Field(
+        True,
+        description="Random sub-pools show one of each question's best and one of its worst workers (cached pass "
+        "rates), so every prompt keeps the routing decision it was chosen for",
+    )
+    prune_with_world_model: bool = Field(
+        False,
+        description="Drop questions the world model predicts every worker solves (or none does) from the GRPO "
+        "dataset of the probe and of training; needs the world_model asset",
+    )
+    prune_low: float = Field(PRUNE_LOW, ge=0, le=1, description="Pruning: 'none solves' when every P(success) is below")
+    prune_high: float = Field(PRUNE_HIGH, ge=0, le=1, description="Pruning: 'all solve' when every P(success) is above")
+    prune_audit_questions: int = Field(
+        PRUNE_AUDIT_QUESTIONS, ge=0, description="Pruning: skipped questions the probe still samples to audit the skip"
+    )
     time_limit_s: float | None = Field(
         None, gt=0, description="Stop GRPO early after this many seconds (it still writes a final checkpoint)"
     )
@@ -102,7 +136,14 @@ class TrainerResource(dg.ConfigurableResource):
 
     def sft_settings(self) -> SFTSettings:
         base = SFTSettings.gpu_profile() if self.profile == "gpu" else SFTSettings.cpu_profile()
-        return replace(base, seed=self.seed, **({"max_steps": self.sft_steps} if self.sft_steps else {}))
+        overrides = {"max_steps": self.sft_steps, "learning_rate": self.sft_learning_rate}
+        return replace(base, seed=self.seed, **{k: v for k, v in overrides.items() if v is not None})
+
+    @property
+    def warm_start_style(self) -> SyntheticStyle:
+        if self.synthetic_style != "auto":
+            return self.synthetic_style
+        return GPU_SYNTHETIC_STYLE if self.profile == "gpu" else CPU_SYNTHETIC_STYLE
 
     @property
     def n_prompt_examples(self) -> int:
@@ -131,7 +172,12 @@ class TrainerResource(dg.ConfigurableResource):
         """The policy before any training: the tiny model (built offline, cached) or a hub id / path."""
         model = self.grpo_settings().policy_model
         if model == TINY_POLICY:
-            return build_tiny_causal_lm(Path(self.output_root) / "models" / "tiny-conductor", seed=self.seed)
+            return build_tiny_causal_lm(
+                Path(self.output_root) / "models" / "tiny-conductor",
+                hidden_size=CPU_POLICY_HIDDEN_SIZE,
+                num_layers=CPU_POLICY_LAYERS,
+                seed=self.seed,
+            )
         return model
 
     def start_policy_path(self, pool_name: str) -> Path | str:

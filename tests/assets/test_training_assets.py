@@ -239,3 +239,38 @@ def test_gpu_profile_builds_the_paper_configuration(tmp_path):
     probe = trainer.grpo_settings(steps=trainer.probe_steps)
     assert probe.max_steps == 20 and TrainerResource().grpo_settings().policy_model == "tiny"
     assert {job.name for job in TRAINING_JOBS} == {"training_job", "probe_gate_job"}
+
+
+def test_world_model_pruning_drops_predicted_flat_questions_and_audits_the_skip(gsm8k, tmp_path, tiny_model):
+    """W learns from another pool's telemetry that everyone solves half the questions; the trainer
+    option drops those from the probe's GRPO set and samples them anyway to audit the skip."""
+    from assets.world_model import world_model
+
+    train, _ = gsm8k
+    database = _warehouse(tmp_path, train, weak_correct=False)  # every question contested in POOL
+    believed_easy = train[: N_TRAIN // 2]
+    Warehouse(database).insert("calls", [
+        {"call_id": f"other|{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "probe", "question_id": q.question_id,
+         "worker": w, "sample": s, "correct": True, "status": "ok", "pool": "other-pool"}
+        for q in believed_easy for w in WORKERS for s in range(40)
+    ])
+    resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, reward_variant="strict",
+                           prune_with_world_model=True, prune_high=0.8, prune_audit_questions=2)
+    without_model = _chain(resources, min_size=1, selection=[contested_set, TRAINING_ASSETS[1], TRAINING_ASSETS[2]])
+    [failure] = [e for e in without_model.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "materialize world_model first" in failure.step_failure_data.error.message
+
+    dg.materialize([world_model, pass_rates], selection=dg.AssetSelection.assets(world_model), resources=resources)
+    result = _chain(resources, min_size=1, selection=[contested_set, TRAINING_ASSETS[1], TRAINING_ASSETS[2]])
+    assert "contested_set" in _materialized(result)
+    assert read_contested_manifest(resources["warehouse"], POOL)["size"] == N_TRAIN  # the contested set itself is untouched
+    [probe] = result.asset_materializations_for_node("grpo_probe_run")
+    pruning = probe.metadata["world_model_pruning"].value
+    assert probe.metadata["pruned_questions"].value == len(believed_easy)
+    assert (pruning["contested"], pruning["kept"], pruning["skipped"]) == (N_TRAIN, N_TRAIN - len(believed_easy), len(believed_easy))
+    audit = pruning["skipped_audit"]
+    assert audit["sampled"] == 2 and audit["observed"] == 2 and 0 <= audit["really_zero_variance"] <= 2
+    assert pruning["kept_observed"]["observed"] <= N_TRAIN - len(believed_easy)  # the probe rolled out kept ones only
+    manifest = json.loads((resources["trainer"].probe_dir(POOL) / "latest_probe.json").read_text())
+    assert manifest["trained_questions"] == N_TRAIN - len(believed_easy)
+    assert manifest["world_model_pruning"]["skipped_audit"] == audit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from conductor_pipeline.calibration import ContestedRule, pass_rate_histogram, select_contested
+from conductor_pipeline.calibration import ContestedRule, pass_rate_histogram, routing_anchors, select_contested
 
 
 def rates(rows: list[tuple[str, str, int, int]]) -> pl.DataFrame:
@@ -84,3 +84,13 @@ def test_histogram_counts_every_question():
 def test_empty_pass_rates_are_refused():
     with pytest.raises(ValueError, match="probe the pool"):
         select_contested(rates([]))
+
+
+def test_routing_anchors_name_each_questions_best_and_worst_workers():
+    anchors = routing_anchors(POOL)
+    assert "q_easy" not in anchors and "q_hard" not in anchors  # no spread: nothing to keep
+    for qid, (best, worst) in anchors.items():
+        frame = POOL.filter(pl.col("question_id") == qid).with_columns(rate=pl.col("successes") / pl.col("samples"))
+        top, bottom = frame["rate"].max(), frame["rate"].min()
+        assert set(best) == set(frame.filter(pl.col("rate") == top)["worker"])
+        assert set(worst) == set(frame.filter(pl.col("rate") == bottom)["worker"])

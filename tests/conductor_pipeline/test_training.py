@@ -177,6 +177,44 @@ def test_randomised_pools_show_subsets_and_record_them():
     assert all(row["workers"] == WORKERS for row in fixed)
 
 
+def test_sub_pools_can_be_made_to_keep_each_questions_routing_decision():
+    """With must_show, every random sub-pool holds one solver and one failer of its question."""
+    pool = ["w0", "w1", "w2", "w3", "w4", "w5"]
+    solvers, failers = {"w0", "w1", "w2", "w3", "w4"}, {"w5"}  # the common case: only the weak worker fails
+    rows = conductor_prompt_rows(
+        QUESTIONS, pool, short_prompt, randomize_pools=True, question_id=str, seed=1,
+        must_show=lambda _q: (sorted(solvers), sorted(failers)),
+    )
+    sizes, failer_positions = set(), set()
+    for row in rows:
+        shown = row["workers"]
+        assert set(shown) & solvers and set(shown) & failers and len(set(shown)) == len(shown)
+        sizes.add(len(shown))
+        failer_positions.add(shown.index("w5"))
+    assert sizes == {2, 3, 4, 5, 6}
+    assert len(failer_positions) > 2  # shuffled: the failer is not always at the same ordinal
+    free = conductor_prompt_rows(QUESTIONS, pool, short_prompt, randomize_pools=True, question_id=str, seed=1)
+    assert any("w5" not in row["workers"] for row in free)  # unconstrained sub-pools drop the decision
+
+
+def test_cpu_profile_completion_cap_fits_every_compact_warm_start_target(tiny_model):
+    """A workflow the warm start teaches must never be truncated by the rollout cap."""
+    from transformers import AutoTokenizer
+
+    from conductor_pipeline.prompt import displayed_worker_names
+    from conductor_pipeline.synthetic import synthetic_workflows
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    cap = GRPOSettings.cpu_profile().max_completion_length
+    workers = [f"w{i}" for i in range(6)]
+    longest = max(
+        len(tokenizer(target).input_ids) + 1  # + the end-of-turn token
+        for _, target in synthetic_workflows(QUESTIONS, workers, n=200, seed=0, style="compact")
+    )
+    assert longest <= cap
+    assert displayed_worker_names(workers, "ordinal")[-1] == "Model 5"
+
+
 # --- SFT and GRPO on the tiny model ------------------------------------------------------------
 
 

@@ -16,8 +16,6 @@ on the `conductor` resource for a real result.
 
 # No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
 import asyncio
-import base64
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,14 +62,13 @@ from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model import WorldModel, WorldModelSettings, fit_on_train_split, prompt_predictor
 from conductor_pipeline.world_model_data import load_training_frame
-from assets.probing import _artifact_dir, pass_rates
+from assets.metadata import figure_png, png_markdown
+from assets.probing import pass_rates
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "evaluation"
-# Plot resolution: the UI shows metadata images at their natural size, so 80 dpi made 7-pt labels unreadable.
-PLOT_DPI = 110
 # Column headers a reader sees in the arm table (units in the header, not in a code name).
 ARM_TABLE_HEADERS = {
     "arm": "arm", "n_label": "n", "repeats": "repeats", "accuracy": "accuracy", "se": "SE",
@@ -122,8 +119,6 @@ class EvalArmsConfig(dg.Config):
     world_model_threads: int = Field(2, ge=1, description="LightGBM threads for fitting the train-split W")
 
 
-def _png_markdown(png: bytes, alt: str) -> dg.MetadataValue:
-    return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
 def _eval_questions(store: Warehouse, config: EvalArmsConfig, workers: dict) -> tuple[list[Question], bool]:
@@ -246,7 +241,7 @@ async def _run_all_arms(
 
 def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
     """Where eval_arms saves the pool's train-split W (the training path can load it from here)."""
-    return _artifact_dir(warehouse, "world_model") / f"{pool_name}{TRAIN_SPLIT_W_SUFFIX}"
+    return warehouse.artifact_dir("world_model") / f"{pool_name}{TRAIN_SPLIT_W_SUFFIX}"
 
 
 def fit_train_split_world_model(
@@ -434,11 +429,7 @@ def accuracy_cost_plot(table: pl.DataFrame) -> bytes:
     axis.set_ylabel("accuracy (share correct, 95% CI)")
     axis.set_title(f"accuracy vs cost per arm ({table['n_label'][0] if table.height else 'no rows'})", fontsize=9)
     axis.grid(alpha=0.3)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=PLOT_DPI)
-    plt.close(figure)
-    return buffer.getvalue()
+    return figure_png(figure)
 
 
 def running_gap_plot(gap: pl.DataFrame) -> bytes:
@@ -459,11 +450,7 @@ def running_gap_plot(gap: pl.DataFrame) -> bytes:
     axis.grid(alpha=0.3)
     if gap.height:  # outside the axes: inside, eleven arms' legend covered the curves
         axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=PLOT_DPI, bbox_inches="tight")
-    plt.close(figure)
-    return buffer.getvalue()
+    return figure_png(figure, tight_bbox=True)
 
 
 def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
@@ -518,9 +505,8 @@ def eval_tables(
         if solo.height and conductor_rows.height:
             context_row = {W_ROUTER_ARM: routing["accuracy"]} if routing else {}
             decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows), **context_row})
-    decomposition = pl.DataFrame(decompositions) if decompositions else pl.DataFrame({"arm": []})
 
-    out_dir = _artifact_dir(warehouse, "eval_tables")
+    out_dir = warehouse.artifact_dir("eval_tables")
     table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
     gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
     accuracy_png = accuracy_cost_plot(table)
@@ -548,8 +534,8 @@ def eval_tables(
                 decomposition_markdown(decompositions) if decompositions else "no conductor arm"
             ),
             **_routing_metadata(routing),
-            "accuracy_vs_cost_plot": _png_markdown(accuracy_png, "accuracy vs cost per arm"),
-            "running_gap_plot": _png_markdown(gap_png, "running gap to the best single worker"),
+            "accuracy_vs_cost_plot": png_markdown(accuracy_png, "accuracy vs cost per arm"),
+            "running_gap_plot": png_markdown(gap_png, "running gap to the best single worker"),
             "tables_dir": dg.MetadataValue.path(str(out_dir)),
         }
     )

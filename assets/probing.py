@@ -10,12 +10,9 @@ warehouse as it completes and skips calls already written, so a rerun after a ki
 
 
 import asyncio
-import base64
-import io
 import math
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -23,6 +20,7 @@ import polars as pl
 from pydantic import Field
 from tabulate import tabulate
 
+from assets.metadata import figure_png, png_markdown
 from conductor_pipeline.backends.base import Worker
 from conductor_pipeline.ceilings import pool_ceilings
 from conductor_pipeline.pass_rates import pass_rate_table, worker_summary
@@ -235,18 +233,7 @@ def pass_rate_plot(rates: pl.DataFrame, workers: Sequence[str], title: str) -> b
     figure.supxlabel("pass rate per question", fontsize=8)
     figure.supylabel("questions", fontsize=8)
     figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)  # 80 dpi left the 7-pt tick labels unreadable in the UI
-    plt.close(figure)
-    return buffer.getvalue()
-
-
-def _artifact_dir(warehouse: WarehouseResource, name: str) -> Path:
-    """Files next to the warehouse file, so a test's tmp warehouse keeps its files in tmp too."""
-    path = Path(warehouse.database).parent / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return figure_png(figure)
 
 
 @dg.asset(
@@ -266,7 +253,7 @@ def pass_rates(
     if rates.is_empty():
         raise dg.Failure(f"no scored probe calls for pool {pool_config.name!r}: materialize probe_calls first")
     workers = [w for w in pool_config.worker_names if w in set(summary["worker"].to_list())]
-    out_dir = _artifact_dir(warehouse, "pass_rates")
+    out_dir = warehouse.artifact_dir("pass_rates")
     table_path = out_dir / f"{pool_config.name}.parquet"
     rates.write_parquet(table_path)
     png = pass_rate_plot(rates, workers, f"{pool_config.name}: pass-rate distribution per worker")
@@ -283,9 +270,7 @@ def pass_rates(
             "worker_accuracy": dg.MetadataValue.md(accuracy_markdown(summary)),
             "status_rates": dg.MetadataValue.md(status_rate_markdown(summary)),
             "pass_rate_histogram": dg.MetadataValue.md(pass_rate_histogram(rates, workers)),
-            "pass_rate_plot": dg.MetadataValue.md(
-                f"![pass-rate distribution per worker](data:image/png;base64,{base64.b64encode(png).decode()})"
-            ),
+            "pass_rate_plot": png_markdown(png, "pass-rate distribution per worker"),
             "pass_rate_plot_path": dg.MetadataValue.path(str(plot_path)),
             "table_path": dg.MetadataValue.path(str(table_path)),
         }

@@ -17,8 +17,6 @@ latest probe run. Training steps run in the Dagster concurrency pool `gpu` (one 
 """
 
 import asyncio
-import base64
-import io
 import json
 import math
 import shutil
@@ -33,7 +31,8 @@ import polars as pl
 from pydantic import Field
 from tabulate import tabulate
 
-from assets.probing import _artifact_dir, pass_rates
+from assets.metadata import figure_png, png_markdown
+from assets.probing import pass_rates
 from assets.world_model import _model_path as world_model_path
 from conductor_pipeline.backends.base import Worker
 from conductor_pipeline.calibration import (
@@ -106,18 +105,6 @@ NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the prob
 # ---------------------------------------------------------------------------- shared helpers
 
 
-def _png_markdown(png: bytes, alt: str) -> dg.MetadataValue:
-    return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
-
-
-def _png_bytes(figure) -> bytes:
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
-    plt.close(figure)
-    return buffer.getvalue()
 
 
 def _train_only(frame: pl.DataFrame) -> pl.DataFrame:
@@ -126,7 +113,7 @@ def _train_only(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _contested_paths(warehouse: WarehouseResource, pool_name: str) -> tuple[Path, Path]:
-    folder = _artifact_dir(warehouse, "contested_set")
+    folder = warehouse.artifact_dir("contested_set")
     return folder / f"{pool_name}.parquet", folder / f"{pool_name}.json"
 
 
@@ -402,7 +389,7 @@ def training_curves_png(frame: pl.DataFrame, title: str, threshold: float | None
         axis.tick_params(labelsize=7)
     figure.supxlabel("step", fontsize=8)
     figure.suptitle(title, fontsize=10)
-    return _png_bytes(figure)
+    return figure_png(figure)
 
 
 def _curve_metadata(store: Warehouse, run_id: str, title: str, png_path: Path, threshold: float | None = None) -> dict:
@@ -418,7 +405,7 @@ def _curve_metadata(store: Warehouse, run_id: str, title: str, png_path: Path, t
         for code, n in (json.loads(raw) if raw else {}).items():
             codes[code] = codes.get(code, 0) + n
     return {
-        "curves": _png_markdown(png, title),
+        "curves": png_markdown(png, title),
         "curves_path": dg.MetadataValue.path(str(png_path)),
         "steps_logged": dg.MetadataValue.int(frame.height),
         "last_reward_mean": dg.MetadataValue.float(float(last["reward_mean"] or 0.0)),
@@ -603,7 +590,7 @@ def _loss_png(history: list[dict]) -> bytes | None:
     axis.set_xlabel("step")
     axis.set_ylabel("SFT loss (workflow tokens)")
     axis.set_title("warm start: supervised loss", fontsize=9)
-    return _png_bytes(figure)
+    return figure_png(figure)
 
 
 @dg.asset(group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"})
@@ -661,7 +648,7 @@ def warm_start_policy(
     )
     png = _loss_png(history)
     if png is not None:
-        metadata["loss_curve"] = _png_markdown(png, "SFT loss")
+        metadata["loss_curve"] = png_markdown(png, "SFT loss")
     return dg.MaterializeResult(metadata=metadata)
 
 

@@ -11,13 +11,13 @@ earns them.
 """
 
 
-import base64
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
-from assets.probing import _artifact_dir, pass_rates
+from assets.metadata import png_markdown
+from assets.probing import pass_rates
 from conductor_pipeline.world_model import WorldModel, WorldModelSettings
 from conductor_pipeline.world_model_data import load_training_frame
 from conductor_pipeline.world_model_eval import EvaluationSettings, evaluate_world_model
@@ -48,11 +48,9 @@ class WorldModelConfig(dg.Config):
 
 
 def _model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
-    return _artifact_dir(warehouse, "world_model") / f"{pool_name}.pkl"
+    return warehouse.artifact_dir("world_model") / f"{pool_name}.pkl"
 
 
-def _image_markdown(png: bytes, alt: str) -> str:
-    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
 
 
 @dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"lightgbm", "duckdb"})
@@ -108,7 +106,7 @@ def world_model_report(
         routing_pools={pool_config.name: pool_config.worker_names},
     )
     report = evaluate_world_model(frame, seats, settings, full_model=WorldModel.load(model_path))
-    out_dir = _artifact_dir(warehouse, "world_model")
+    out_dir = warehouse.artifact_dir("world_model")
     png_path = out_dir / f"{pool_config.name}-reliability.png"
     png_path.write_bytes(report.reliability_png)
     report_path = out_dir / f"{pool_config.name}-report.md"
@@ -120,7 +118,7 @@ def world_model_report(
     metadata = {
         "verdict": dg.MetadataValue.md("\n".join(f"- {line}" for line in report.verdicts)),
         "metrics": dg.MetadataValue.md(report.to_markdown()),
-        "reliability_diagram": dg.MetadataValue.md(_image_markdown(report.reliability_png, "reliability diagram")),
+        "reliability_diagram": png_markdown(report.reliability_png, "reliability diagram"),
         "beats_worker_marginal": dg.MetadataValue.bool(beats),
         "report_path": dg.MetadataValue.path(str(report_path)),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import duckdb
 from dagster_duckdb import DuckDBResource
@@ -31,6 +32,12 @@ class WarehouseResource(DuckDBResource):
 
     def get_warehouse(self) -> Warehouse:
         return Warehouse(self.database, lock_timeout_s=self.lock_timeout_s)
+
+    def artifact_dir(self, name: str) -> Path:
+        """A folder for an asset's files next to the warehouse, so a test's tmp warehouse keeps them in tmp."""
+        path = Path(self.database).parent / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     @contextmanager
     def get_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:

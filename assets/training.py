@@ -708,8 +708,16 @@ def grpo_probe_run(
         groups_per_step=settings.questions_per_step, threshold=trainer.zero_variance_threshold,
     )
     context.log.info(f"probe {probe_run_id}: {outcome.global_step} steps in {elapsed:.0f}s; {preview.describe()}")
+    last = outcome.steps[-1] if outcome.steps else {}
+    summary = (
+        f"{outcome.global_step} probe steps in {elapsed:.0f}s: {preview.figure:.3f} of {preview.groups} groups "
+        f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance; the gate needs "
+        f"< {trainer.zero_variance_threshold:.2f}. Last step: reward {_fmt(last.get('reward_mean'))}, "
+        f"parse failures {_fmt(last.get('parse_fail_rate'))}"
+    )
     return dg.MaterializeResult(
         metadata={
+            "summary": dg.MetadataValue.text(summary),
             "probe_run_id": dg.MetadataValue.text(probe_run_id),
             "zero_variance_fraction": dg.MetadataValue.float(preview.figure),
             "group_size": dg.MetadataValue.int(settings.num_generations),
@@ -809,6 +817,11 @@ def conductor_checkpoint(
     return dg.MaterializeResult(
         metadata={
             "checkpoint_path": dg.MetadataValue.path(str(outcome.checkpoint_dir)),
+            "checkpoint": dg.MetadataValue.text(
+                f"{outcome.checkpoint_dir} (group size {outcome.group_size}, {elapsed:.0f}s"
+                f"{', resumed from ' + outcome.resumed_from.name if outcome.resumed_from else ''})"
+            ),
+            "global_step": dg.MetadataValue.int(outcome.global_step),
             "step": dg.MetadataValue.int(outcome.global_step),
             "resumed_from": dg.MetadataValue.text(str(outcome.resumed_from) if outcome.resumed_from else "none"),
             "stopped_early": dg.MetadataValue.bool(outcome.stopped_early),

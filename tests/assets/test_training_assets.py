@@ -157,6 +157,8 @@ def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, t
     steps = Warehouse(database).query("SELECT phase, group_size, parse_fail_rate FROM training_steps ORDER BY step")
     assert steps["phase"].to_list() == ["probe", "probe"] and steps["group_size"].to_list() == [4, 4]
     assert steps["parse_fail_rate"].to_list() == [1.0, 1.0]
+    [probe] = result.asset_materializations_for_node("grpo_probe_run")
+    assert "1.000 of 4 groups (group size 4" in probe.metadata["summary"].value
 
     later = dg.materialize(
         [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
@@ -201,7 +203,8 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     assert second["step"].value == 2 * steps and Path(second["checkpoint_path"].value).name == f"checkpoint-{2 * steps}"
     logged = Warehouse(database).query("SELECT step, phase FROM training_steps ORDER BY step")
     assert logged["step"].to_list() == [1, 2, 3, 4] and set(logged["phase"]) == {"grpo"}
-    assert {"curves", "curves_path", "gate", "group_size"} <= set(second)
+    assert {"curves", "curves_path", "gate", "group_size", "checkpoint", "global_step"} <= set(second)
+    assert second["global_step"].value == 2 * steps and "resumed from checkpoint-2" in second["checkpoint"].value
 
 
 def test_gate_is_strict_and_bound_to_the_latest_probe():

@@ -710,6 +710,10 @@ def train_grpo(
     output_dir = Path(output_dir)
     if max_steps_override is not None:
         settings = replace(settings, max_steps=max_steps_override)
+    resumed_from = _last_checkpoint(output_dir) if resume else None
+    if resumed_from is not None and _checkpoint_step(resumed_from) >= settings.max_steps:
+        # A finished run: resuming would make the Trainer take one more step on every rerun.
+        return TrainingOutcome(resumed_from, _checkpoint_step(resumed_from), [], resumed_from, False, settings.num_generations)
     dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"
@@ -723,7 +727,6 @@ def train_grpo(
         processing_class=tokenizer,
         callbacks=_make_callbacks(on_step, reward_fn, settings.num_generations, rows, stop_flag),
     )
-    resumed_from = _last_checkpoint(output_dir) if resume else None
     try:
         trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
     except BaseException:

@@ -256,6 +256,10 @@ def test_grpo_checkpoints_logs_steps_and_resumes(tiny_model, tmp_path):
     assert second.global_step == 4 and [row["step"] for row in second.steps] == [4]
     state = json.loads((out_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
+    # Rerunning a finished run changes nothing (no extra step, no new checkpoint).
+    third = train_grpo(tiny_model, rows, reward, settings, out_dir, max_steps_override=4)
+    assert third.global_step == 4 and third.steps == [] and third.checkpoint_dir == out_dir / "checkpoint-4"
+    assert not (out_dir / "checkpoint-5").exists()
 
 
 def test_grpo_early_stop_still_writes_a_checkpoint(tiny_model, tmp_path):

@@ -4,7 +4,7 @@ SELECT
     question_id,
     worker,
     count(*) AS samples,
-    count_if(correct) AS successes,
+    count_if(correct)::BIGINT AS successes,  -- count_if gives HUGEINT, which reaches polars as Decimal
     successes / samples AS pass_rate
 FROM calls
 WHERE kind = 'probe' AND pool = $pool AND correct IS NOT NULL

@@ -6,7 +6,7 @@ SELECT
     worker,
     count(*) AS calls,
     count(correct) AS scored,
-    count_if(correct) AS successes,
+    count_if(correct)::BIGINT AS successes,  -- count_if gives HUGEINT, which reaches polars as Decimal
     successes / nullif(scored, 0) AS accuracy,
     avg(CAST(status = 'ok' AS DOUBLE)) AS ok_rate,
     avg(CAST(status = 'truncated' AS DOUBLE)) AS truncated_rate,

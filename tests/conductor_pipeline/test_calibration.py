@@ -94,3 +94,25 @@ def test_routing_anchors_name_each_questions_best_and_worst_workers():
         top, bottom = frame["rate"].max(), frame["rate"].min()
         assert set(best) == set(frame.filter(pl.col("rate") == top)["worker"])
         assert set(worst) == set(frame.filter(pl.col("rate") == bottom)["worker"])
+
+
+def test_pass_rates_from_the_warehouse_keep_fractions(tmp_path):
+    """k-sample pass rates read back from DuckDB stay fractions (3 of 6 is 0.5, not truncated to 0)."""
+    from tests.conductor_pipeline.test_warehouse import make_call
+
+    from conductor_pipeline.pass_rates import pass_rate_table
+    from conductor_pipeline.warehouse import Warehouse
+
+    store = Warehouse(tmp_path / "w.duckdb")
+    rows = []
+    for worker, wins in (("weak", 0), ("mid", 3), ("strong", 6)):
+        for sample in range(6):
+            call = make_call(sample, worker=worker, correct=sample < wins)
+            call.call_id, call.question_id, call.pool = f"{worker}-{sample}", "q", "p"
+            rows.append(call)
+    store.insert("calls", rows)
+    table = pass_rate_table(store, "p")
+    assert table.schema["successes"] == pl.Int64
+    selection = select_contested(table)
+    assert selection.questions.row(0, named=True)["max_rate"] == 1.0
+    assert dict(zip(table["worker"], table["pass_rate"])) == {"mid": 0.5, "strong": 1.0, "weak": 0.0}

@@ -82,7 +82,14 @@ class _Execution:
     outcomes: list[StepOutcome] = field(default_factory=list)
     infra_failure: bool = False
     cost_usd: float = 0.0
-    latency_s: float = 0.0
+    latency_s: float | None = None  # None until some call reports one (replay records none)
+
+
+def add_latency(total: float | None, more: float | None) -> float | None:
+    """Sum latencies where known; unknown (None) stays unknown instead of reading as 0 s."""
+    if more is None:
+        return total
+    return more if total is None else total + more
 
 
 class Orchestrator:
@@ -186,7 +193,7 @@ class Orchestrator:
                     conductor_name=conductor_name, depth=0, sample=repeat, pool=self.pool.name,
                 )
             )
-        conductor_latency = conductor_output.latency_s if conductor_output is not None else 0.0
+        conductor_latency = conductor_output.latency_s if conductor_output is not None else None
         try:
             workflow = self.parse(raw_text)
         except WorkflowParseError as exc:
@@ -214,7 +221,7 @@ class Orchestrator:
         repeat: int = 0,
         raw_text: str | None = None,
         workflow_id: str | None = None,
-        extra_latency_s: float = 0.0,
+        extra_latency_s: float | None = None,
     ) -> WorkflowRecord:
         """Execute an already parsed workflow (steps name real workers) and record it."""
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
@@ -232,7 +239,7 @@ class Orchestrator:
             conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
             n_steps=len(workflow.steps), workers=[s.worker for s in workflow.steps],
             final_answer=final_answer, correct=correct, cost_usd=state.cost_usd,
-            latency_s=state.latency_s + extra_latency_s, arm=arm, repeat=repeat,
+            latency_s=add_latency(state.latency_s, extra_latency_s), arm=arm, repeat=repeat,
             infra_failure=state.infra_failure,
         )
         await self._record_workflow(record)
@@ -247,7 +254,7 @@ class Orchestrator:
             workflow_id=workflow_key(run_id, arm, repeat, question.question_id, conductor_name),
             run_id=run_id, question_id=question.question_id, conductor=conductor_name, raw_text=None,
             parse_code=NOT_RUN, n_steps=0, workers=[], final_answer=None, correct=None, cost_usd=0.0,
-            latency_s=0.0, arm=arm, repeat=repeat, infra_failure=True,
+            latency_s=None, arm=arm, repeat=repeat, infra_failure=True,
         )
         await self._record_workflow(record)
         return record
@@ -323,7 +330,7 @@ class Orchestrator:
             )
             state.outcomes.append(outcome)
             state.cost_usd += result.cost_usd or 0.0
-            state.latency_s += result.latency_s or 0.0
+            state.latency_s = add_latency(state.latency_s, result.latency_s)
             if record:
                 graded = await asyncio.to_thread(grade, result.response, question.answer)
                 correct = None if not result.status.scored else (
@@ -443,7 +450,7 @@ class Orchestrator:
         )
         return CallResult(
             status=status, response=response, recorded_correct=recorded,
-            cost_usd=inner_state.cost_usd, latency_s=output.latency_s + inner_state.latency_s,
+            cost_usd=inner_state.cost_usd, latency_s=add_latency(output.latency_s, inner_state.latency_s),
             error="inner workflow hit an infrastructure failure" if inner_state.infra_failure else None,
         )
 

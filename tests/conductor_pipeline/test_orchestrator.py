@@ -301,3 +301,13 @@ def test_score_completion_maps_a_shown_subset_of_the_pool_back_to_real_names():
 
     assert asyncio.run(main()) == ("ok", True)
     assert len(workers["c"].requests) == 1 and workers["a"].requests == []
+
+
+def test_unknown_latency_stays_unknown():
+    """Replay records no latency: a workflow of such steps has latency None, not 0 s."""
+    from conductor_pipeline.orchestrator import add_latency
+
+    assert add_latency(None, None) is None
+    assert add_latency(None, 1.5) == 1.5
+    assert add_latency(2.0, None) == 2.0
+    assert add_latency(2.0, 0.5) == 2.5

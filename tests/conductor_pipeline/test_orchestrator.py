@@ -249,7 +249,8 @@ def test_a_pool_that_seats_the_conductor_needs_a_policy():
 
 def test_many_workflows_run_concurrently_within_the_seat_limit(tmp_path):
     pool = make_pool(seat("a", concurrency=3), seat("b", concurrency=8))
-    workers = {"a": RecordingWorker("a", delay_s=0.01), "b": RecordingWorker("b", delay_s=0.01)}
+    # b is slower than a, so its calls pile up behind a's: its own limit (8), not a's (3), must bind.
+    workers = {"a": RecordingWorker("a", delay_s=0.01), "b": RecordingWorker("b", delay_s=0.05)}
     warehouse = Warehouse(tmp_path / "w.duckdb")
     questions = [
         Question(question_id=f"q{i}", corpus="math", split="test", problem=f"p{i}", answer="42") for i in range(40)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import random
 import re
 import sys
@@ -32,15 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from conductor_pipeline.grading import (  # noqa: E402
     _canonical,
     _latex_for_parse,
-    extract_answer,
     grade_many,
     is_equivalent,
     normalize_gold,
 )
-from conductor_pipeline.paths import PROJECT_ROOT  # noqa: E402
+from conductor_pipeline.sources import resolve_data_file  # noqa: E402
 
-DATA_DIR = Path(os.environ.get("CORYPHAEUS_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
-TELEMETRY_FILE = DATA_DIR / "telemetry" / "zeroeval_gsm_math-l5_outputs.parquet"
+TELEMETRY_FILE = resolve_data_file("zeroeval_outputs")  # the registry's file, sha256-checked
 SAMPLE_SEED = 20240924  # fixed so the baseline sample is the same rows in every run
 EXAMPLES_PER_CATEGORY = 2
 

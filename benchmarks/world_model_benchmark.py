@@ -21,14 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from conductor_pipeline.corpora import load_gsm8k, load_math_full
-from conductor_pipeline.paths import PROJECT_ROOT
+from conductor_pipeline.sources import resolve_data_file
 from conductor_pipeline.pools import load_pool
 from conductor_pipeline.world_model import WorldModel, WorldModelSettings
 from conductor_pipeline.world_model_data import replay_training_frame
 from conductor_pipeline.world_model_eval import EvaluationSettings, evaluate_world_model
 
-DATA_DIR = Path(os.environ.get("CORYPHAEUS_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
-TELEMETRY = DATA_DIR / "telemetry" / "zeroeval_gsm_math-l5_outputs.parquet"
+TELEMETRY = resolve_data_file("zeroeval_outputs")  # the registry's file, sha256-checked
 RESULTS = Path(__file__).with_name("RESULTS-world-model.md")
 PNG = Path(__file__).with_name("world_model_reliability.png")
 TRAIN_TARGET_S = 60.0

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from conductor_pipeline.paths import PROJECT_ROOT
+from conductor_pipeline.sources import mirror_dir
 
 # Bump when the build recipe changes, so cached builds with the old recipe are rebuilt.
 TINY_MODEL_RECIPE_VERSION = 3
@@ -52,9 +52,6 @@ QWEN_STYLE_CHAT_TEMPLATE = (
 )
 
 
-def shared_data_dir() -> Path:
-    """The read-only shared corpora (env CORYPHAEUS_DATA_DIR overrides the checkout default)."""
-    return Path(os.environ.get("CORYPHAEUS_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
 
 
 # Used when the shared corpora are absent (e.g. a fresh clone elsewhere): the tokenizer still
@@ -81,7 +78,10 @@ FORMAT_STRINGS = 400
 
 def _corpus_questions(limit: int) -> list[str]:
     """Math questions from the shared MATH500 and GSM8K files, else a small fallback list."""
-    data_dir = shared_data_dir() / "corpora"
+    mirror = mirror_dir()
+    if mirror is None:
+        return list(_FALLBACK_QUESTIONS)
+    data_dir = mirror / "corpora"
     sources = (("math500_test.jsonl", "problem"), ("gsm8k_train.jsonl", "question"))
     questions: list[str] = []
     for file_name, field_name in sources:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import re
 import threading
 import time
@@ -22,10 +21,9 @@ from conductor_pipeline.grading import (
     normalize_gold,
     warm_up,
 )
-from conductor_pipeline.paths import PROJECT_ROOT
+from conductor_pipeline.sources import resolve_data_file
 
-DATA_DIR = Path(os.environ.get("CORYPHAEUS_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
-ZEROEVAL_FILE = DATA_DIR / "telemetry" / "zeroeval_gsm_math-l5_outputs.parquet"
+
 HOSTILE_TIMEOUT_S = 1.0
 # Generous bound on top of the timeout: the worker is warm, but the 2 cores are shared.
 HOSTILE_SLACK_S = 3.0
@@ -131,12 +129,11 @@ def test_normalize_gold_reads_recorded_gsm8k_gold() -> None:
     assert normalize_gold("\\frac{1}{2}") == "\\frac{1}{2}"
 
 
-@pytest.mark.skipif(not ZEROEVAL_FILE.exists(), reason="shared telemetry not present")
 def test_real_gsm_responses_read_like_the_recording() -> None:
     """On GSM8K rows where ZeroEval read an answer, the project reads an equivalent one."""
     import polars as pl
 
-    frame = pl.read_parquet(ZEROEVAL_FILE, columns=["benchmark", "output", "answer", "ze_model_answer_raw", "ze_matched"])
+    frame = pl.read_parquet(resolve_data_file("zeroeval_outputs"), columns=["benchmark", "output", "answer", "ze_model_answer_raw", "ze_matched"])
     frame = frame.filter(pl.col("benchmark") == "gsm").head(400)
     responses = [json.loads(output)[0] for output in frame["output"]]
     assert frame["answer"][0] == "# 18"

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import dagster as dg
+
 from conductor_pipeline.paths import DATA_DIR, PROJECT_ROOT
 
 DAGSTER_CLI = Path(sys.executable).parent / "dagster"
@@ -26,6 +28,10 @@ def dagster_env(home: Path, warehouse: Path, pool: str | Path | None = None, **e
     """Environment of a CLI run: its own instance (telemetry off, from data/dagster.yaml) and warehouse."""
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(DATA_DIR / "dagster.yaml", home / "dagster.yaml")
+    # Create the instance's storage once, here: two CLI processes creating a fresh SQLite schema at
+    # the same moment race in alembic ("more than one head"), which is Dagster's, not the project's.
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.get_runs(limit=1)
     env = {**os.environ, "DAGSTER_HOME": str(home), "CORYPHAEUS_WAREHOUSE": str(warehouse), **extra}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if pool is not None:

@@ -138,11 +138,10 @@ def _contested_questions(store: Warehouse, manifest: Mapping) -> list[Question]:
 
 def _train_pass_rates(store: Warehouse, pool_config: PoolConfig) -> pl.DataFrame:
     """Train-split pass rates of the pool's workers (question_id, worker, samples, successes)."""
-    # successes arrives as DECIMAL(38,0) (count_if is HUGEINT): integer division would truncate rates.
     return (
         _train_only(pass_rate_table(store, pool_config.name))
         .filter(pl.col("worker").is_in(pool_config.worker_names))
-        .select("question_id", "worker", pl.col("samples").cast(pl.Int64), pl.col("successes").cast(pl.Int64))
+        .select("question_id", "worker", "samples", "successes")
     )
 
 
@@ -466,7 +465,7 @@ def contested_set(
         raise dg.Failure(f"contested set would leak {len(leaked)} eval-split questions, e.g. {leaked[:3]}")
 
     table_path, manifest_path = _contested_paths(warehouse, pool_config.name)
-    chosen = selection.questions.with_columns(pl.col(pl.Decimal).cast(pl.Float64))
+    chosen = selection.questions
     chosen.write_parquet(table_path)
     histogram = pass_rate_histogram(rates)
     manifest = {

@@ -29,7 +29,7 @@ from conductor_pipeline.records import (
     Question,
     stable_id,
 )
-from conductor_pipeline.warehouse import Warehouse, load_sql
+from conductor_pipeline.warehouse import Warehouse
 
 PROBE_KIND = "probe"
 # Rows per warehouse write: a kill loses at most this many finished calls, and each write
@@ -135,7 +135,6 @@ def plan_probes(
     written = dict(zip(existing["call_id"].to_list(), existing["status"].to_list(), strict=True))
     pending: list[_Planned] = []
     already = unrecorded = 0
-    redo_transient: list[str] = []
     for name, worker in workers.items():
         covers: Callable[[str, int], bool] | None = getattr(worker, "covers", None) if only_recorded else None
         for question in questions:
@@ -148,14 +147,8 @@ def plan_probes(
                 if covers is not None and not covers(question.question_id, sample):
                     unrecorded += 1
                     continue
-                if status is not None:
-                    redo_transient.append(call_id)
+                # A transient row stays until the reissued call's row replaces it (`insert_calls`).
                 pending.append(_Planned(call_id, question, name, sample))
-    if redo_transient:
-        # Transient faults are never scored: drop their rows and issue the calls again. A kill
-        # before the new rows land leaves them missing, which the next rerun issues again.
-        with warehouse.connect() as con:
-            con.execute(load_sql("delete_calls_by_id"), {"ids": redo_transient})
     return pending, already, unrecorded
 
 

@@ -174,7 +174,14 @@ def resolve_source(source: DataSource, *, path: str | Path | None = None) -> Pat
             f"not in the mirror {mirror or '(none)'}: set ${DATA_DIR_ENV} to a copy of the shared "
             f"data folder or pass an explicit path. It was built from {source.url}."
         )
-    return _download(source, cache_dir())
+    try:
+        return _download(source, cache_dir())
+    except OSError as exc:  # requests' errors are OSErrors (offline, refused, HTTP 404); a bad hash is not
+        raise DataUnavailableError(
+            f"data file {key!r} ({source.path}) is not in the mirror {mirror or '(none)'} and downloading "
+            f"it from {source.url} failed ({type(exc).__name__}: {exc}). Set ${DATA_DIR_ENV} to a copy of "
+            f"the shared data folder, or pass an explicit path."
+        ) from exc
 
 
 _POOCH_MISMATCH = re.compile(r"but got ([0-9a-f]{64})")

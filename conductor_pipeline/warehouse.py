@@ -66,7 +66,8 @@ class Warehouse:
     def insert(self, table: str, rows: Iterable[Any] | pl.DataFrame | pa.Table) -> int:
         """Write rows (dataclasses, dicts, a polars frame or an arrow table) idempotently.
 
-        Rows whose primary key is already present are skipped; returns how many were new.
+        Rows whose primary key is already present are skipped (a `calls` row that recorded a
+        transient fault is replaced instead); returns how many rows were written.
         """
         if table not in WRITABLE_TABLES:
             raise ValueError(f"unknown warehouse table {table!r}; writable: {WRITABLE_TABLES}")
@@ -74,12 +75,17 @@ class Warehouse:
         if batch.num_rows == 0:
             return 0
         with self.connect() as con:
-            before = con.execute(load_sql(f"count_{table}")).fetchone()[0]
             con.register("batch", batch)
-            con.execute(load_sql(f"insert_{table}"))
-            con.unregister("batch")
-            after = con.execute(load_sql(f"count_{table}")).fetchone()[0]
-        return after - before
+            con.begin()  # `insert_calls` is a delete plus an insert: all of it lands or none does
+            try:
+                inserted = con.execute(load_sql(f"insert_{table}")).fetchone()[0]  # the INSERT's row count
+                con.commit()
+            except BaseException:
+                con.rollback()
+                raise
+            finally:
+                con.unregister("batch")
+        return int(inserted)
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run one SELECT and return the result as a polars frame."""

@@ -14,7 +14,7 @@ from conductor_pipeline.fakes import FaultServer
 from conductor_pipeline.fakes.fault_server import FaultRates
 from conductor_pipeline.governor import Governor
 from conductor_pipeline.pools import PoolConfig, RetryConfig, WorkerSeat, load_pool
-from conductor_pipeline.probing import ProbeProgress, probe_call_id, run_probes
+from conductor_pipeline.probing import ProbeProgress, plan_probes, probe_call_id, run_probes
 from conductor_pipeline.warehouse import Warehouse
 from tests.shared_data import require_shared_data
 
@@ -129,6 +129,9 @@ def test_transient_faults_are_unscored_and_reissued_on_rerun(tmp_path: Path) -> 
         first = probe()
         assert first.status_counts == {"transient": 8}
         assert warehouse.query("SELECT count(correct) AS scored FROM calls")["scored"][0] == 0
+        pending, _, _ = plan_probes(warehouse, pool, {"flaky": None}, questions, samples=2)
+        assert len(pending) == 8  # planned again, yet the fault rows stay until their replacements land
+        assert warehouse.query("SELECT count(*) AS n FROM calls WHERE status = 'transient'")["n"][0] == 8
         server.configure(faults=FaultRates())
         second = probe()
         assert second.already_done == 0 and second.status_counts == {"ok": 8}

@@ -191,3 +191,12 @@ def test_download_with_wrong_bytes_is_refused_and_not_kept(empty_mirror, tmp_pat
     assert source.url in str(caught.value)
     assert caught.value.actual == hashlib.sha256(b"not the real file\n").hexdigest()
     assert not (tmp_path / "cache" / source.path).exists()
+
+
+def test_failed_download_names_the_mirror_it_looked_in_and_the_url(empty_mirror, file_server):
+    base_url, _, _ = file_server
+    source = load_registry()["gsm8k_test"].model_copy(update={"url": f"{base_url}/missing.jsonl"})
+    with pytest.raises(DataUnavailableError) as caught:
+        resolve_source(source)
+    message = str(caught.value)
+    assert str(empty_mirror) in message and source.url in message and "404" in message

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 from datetime import datetime
 
+import duckdb
 import pytest
 
 from conductor_pipeline.records import CallRecord, Question
@@ -46,6 +48,25 @@ def test_insert_is_idempotent_by_key(tmp_path):
     assert wh.insert("calls", calls) == 50
     assert wh.insert("calls", calls[:20] + [make_call(50)]) == 1
     assert wh.query("SELECT count(*) AS n FROM calls")["n"][0] == 51
+
+
+def test_a_transient_row_gives_way_to_the_reissued_call_and_nothing_else_does(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.insert("calls", [make_call(1, correct=None), make_call(2, correct=True)])  # c1 transient, c2 ok
+    reissued = [make_call(1, correct=False), make_call(2, correct=False)]
+    assert wh.insert("calls", reissued) == 1  # c1 replaced; c2 already scored, so kept as it was
+    rows = wh.query("SELECT call_id, status, correct FROM calls ORDER BY call_id").rows()
+    assert rows == [("c1-w", "ok", False), ("c2-w", "ok", True)]
+    assert wh.insert("calls", [make_call(1, correct=None)]) == 0  # a new fault never overwrites a verdict
+
+
+def test_a_failed_batch_writes_nothing(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.insert("calls", [make_call(1, correct=None)])
+    broken = [make_call(1, correct=True), dataclasses.replace(make_call(2), run_id=None)]  # run_id is NOT NULL
+    with pytest.raises(duckdb.ConstraintException, match="run_id"):
+        wh.insert("calls", broken)
+    assert wh.query("SELECT status FROM calls").rows() == [("transient",)]  # the delete was rolled back
 
 
 def test_questions_round_trip(tmp_path):

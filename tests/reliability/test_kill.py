@@ -49,7 +49,9 @@ LATENCY_S = 0.3  # with 8 calls in flight: ~10 s of probing, long enough to kill
 # Windows (fractions of all calls written) in which the four row-count kills land.
 ROW_KILL_WINDOWS = [(0.05, 0.2), (0.25, 0.4), (0.45, 0.6), (0.65, 0.85)]
 POLL_S = 0.2
-TRAIN_MAX_STEPS = 12  # five kills use at most two steps each, leaving steps for the final run
+# Each killed run is read for two steps (to time a step on this machine), then killed within the
+# next 1.5 step-times: at most 4 steps per kill, 20 for five, leaving steps for the final run.
+TRAIN_MAX_STEPS = 24
 TRAIN_KILLS = 5
 FAULTS = FaultRates.spread(0.10, [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.RESET, FaultKind.TRUNCATED])
 PROBE_CONFIG = {"ops": {"probe_calls": {"config": {"samples": SAMPLES, "corpora": ["synthetic"], "batch_size": 10}}}}
@@ -179,15 +181,15 @@ def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path: Path) -> Non
     assert _last_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
 
 
-def read_steps(process: subprocess.Popen, until_step: int | None, timeout_s: float) -> list[int]:
-    """STEP lines from the driver, until `until_step` is seen (or the process ends)."""
+def read_steps(process: subprocess.Popen, until_step: int | None, timeout_s: float) -> list[tuple[int, float]]:
+    """(step, monotonic time seen) for each STEP line, until `until_step` is seen (or the process ends)."""
     assert process.stdout is not None
-    steps: list[int] = []
+    steps: list[tuple[int, float]] = []
     deadline = time.monotonic() + timeout_s
     for line in process.stdout:
         if line.startswith("STEP "):
-            steps.append(int(line.split()[1]))
-            if until_step is not None and steps[-1] >= until_step:
+            steps.append((int(line.split()[1]), time.monotonic()))
+            if until_step is not None and steps[-1][0] >= until_step:
                 break
         assert time.monotonic() < deadline, "training driver too slow"
     return steps
@@ -211,15 +213,17 @@ def test_training_killed_at_five_random_points_resumes_from_the_last_checkpoint(
     partial_seen: list[str] = []
     for index in range(TRAIN_KILLS):
         resume_step = max(complete_checkpoints(out_dir), default=0)
-        target = resume_step + 1  # the first step of this run; the random delay picks the moment
         process = launch(index)
-        steps = read_steps(process, target, CLI_TIMEOUT_S)
-        assert steps, (tmp_path / f"train{index}.err").read_text()[-3000:]
-        assert steps[0] == resume_step + 1, f"run {index} started at step {steps[0]}, last checkpoint {resume_step}"
-        delay = rng.uniform(0.0, 2.5)  # a step takes 2-6 s here: lands mid-step or mid-save
+        steps = read_steps(process, resume_step + 2, CLI_TIMEOUT_S)  # two steps: one step-time to scale by
+        assert len(steps) == 2, (tmp_path / f"train{index}.err").read_text()[-3000:]
+        assert steps[0][0] == resume_step + 1, f"run {index} started at step {steps[0][0]}, last checkpoint {resume_step}"
+        # A step takes 0.1 s on a quiet box and seconds under load: scale the random moment by the
+        # step just measured so the kill lands mid-step or mid-save either way.
+        step_s = steps[1][1] - steps[0][1]
+        delay = rng.uniform(0.0, 1.5) * step_s
         time.sleep(delay)
         kill_group(process)
-        kills.append(f"after step {steps[-1]} + {delay:.1f}s")
+        kills.append(f"after step {steps[-1][0]} + {delay:.2f}s (step {step_s:.2f}s)")
         partial_seen += [p.name for p in out_dir.glob("checkpoint-*") if not (p / "trainer_state.json").is_file()]
     resume_step = max(complete_checkpoints(out_dir), default=0)
     # A kill inside a checkpoint save is a narrow window: leave what it leaves (weights written,
@@ -230,7 +234,7 @@ def test_training_killed_at_five_random_points_resumes_from_the_last_checkpoint(
     assert final.wait(timeout=60) == 0, (tmp_path / f"train{TRAIN_KILLS}.err").read_text()[-3000:]
     print(f"\ntraining kill points (seed {SEED}): {kills}; partial checkpoints seen after kills: {partial_seen}")
 
-    assert steps and steps[0] == resume_step + 1 and steps[-1] == TRAIN_MAX_STEPS
+    assert steps and steps[0][0] == resume_step + 1 and steps[-1][0] == TRAIN_MAX_STEPS
     checkpoints = complete_checkpoints(out_dir)
     assert sorted(checkpoints) == list(range(1, TRAIN_MAX_STEPS + 1))
     assert sorted(p.name for p in out_dir.glob("checkpoint-*")) == sorted(p.name for p in checkpoints.values())

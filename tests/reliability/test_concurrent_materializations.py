@@ -4,11 +4,13 @@ Two `dagster asset materialize` processes share one Dagster instance and one Duc
 `questions` (loads every corpus, ~21k rows, from the shared data) and `probe_calls` (a pool of
 `openai` seats on the fault server, writing calls in small batches while the other run writes
 questions). DuckDB allows one writing process per file; the warehouse's file lock must make the
-runs queue, not fail. Takes about 40 s on two shared cores.
+runs queue, not fail. Takes about a minute on two shared cores.
 """
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -22,10 +24,12 @@ from tests.reliability.dagster_cli import CLI_TIMEOUT_S, dagster_env, start_mate
 from tests.shared_data import require_shared_data
 
 SEATS = ("w0", "w1")
-N_QUESTIONS = 40
+N_QUESTIONS = 100
 SAMPLES = 2
-# Slow enough answers that the probe step spans the whole `questions` step.
+# 400 calls, 8 in flight, 0.4 s each: a ~20 s probe step. `questions` starts once the probe is
+# writing and needs a few seconds of CLI start-up plus ~1-5 s of work, so it runs inside the probe.
 LATENCY_S = 0.4
+PROBE_WRITING_TIMEOUT_S = 120.0
 
 
 def step_spans(instance: dg.DagsterInstance) -> dict[str, tuple[float, float]]:
@@ -36,6 +40,14 @@ def step_spans(instance: dg.DagsterInstance) -> dict[str, tuple[float, float]]:
             if event and event.event_type_value in ("STEP_START", "STEP_SUCCESS"):
                 spans.setdefault(event.step_key, []).append(record.timestamp)
     return {step: (min(times), max(times)) for step, times in spans.items()}
+
+
+def wait_for_probe_rows(store: Warehouse, probe: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + PROBE_WRITING_TIMEOUT_S
+    while store.query("SELECT count(*) AS n FROM calls WHERE pool = 'concurrent-pool'")["n"][0] == 0:
+        assert probe.poll() is None, "the probe run ended before writing a row"
+        assert time.monotonic() < deadline, "the probe run wrote nothing in time"
+        time.sleep(0.2)
 
 
 def test_questions_and_probe_calls_materialize_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,8 +64,11 @@ def test_questions_and_probe_calls_materialize_at_once(tmp_path: Path, monkeypat
         processes = {
             "probe_calls": start_materialize("probe_calls", env, partition_range=f"{SEATS[0]}...{SEATS[-1]}",
                                              run_config=probe_config, log_path=tmp_path / "probe.log"),
-            "questions": start_materialize("questions", env, log_path=tmp_path / "questions.log"),
         }
+        # Start `questions` once the probe is writing: started together, the short `questions` step
+        # could finish before the probe step began (it did once), and nothing would have overlapped.
+        wait_for_probe_rows(Warehouse(warehouse_path), processes["probe_calls"])
+        processes["questions"] = start_materialize("questions", env, log_path=tmp_path / "questions.log")
         codes = {name: process.wait(timeout=CLI_TIMEOUT_S) for name, process in processes.items()}
     for name, code in codes.items():
         log = (tmp_path / ("probe.log" if name == "probe_calls" else "questions.log")).read_text(errors="replace")

@@ -55,6 +55,7 @@ from conductor_pipeline.governor import Governor
 from conductor_pipeline.orchestrator import Orchestrator
 from conductor_pipeline.pass_rates import pass_rate_table
 from conductor_pipeline.policies import HFLocalPolicy
+from conductor_pipeline.paths import write_json_atomic
 from conductor_pipeline.pools import PoolConfig
 from conductor_pipeline.prompt import (
     CatalogueEntry,
@@ -481,9 +482,7 @@ def contested_set(
         "question_ids": selection.question_ids,
         "dagster_run_id": context.run_id,
     }
-    tmp = manifest_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    tmp.replace(manifest_path)
+    write_json_atomic(manifest_path, manifest)
     reasons = chosen.group_by("reason").len().sort("reason")
     samples = rates["samples"]
     context.log.info(

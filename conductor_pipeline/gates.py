@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from conductor_pipeline.paths import write_json_atomic
+
 # The reproduction's threshold: ship the full run only if strictly fewer than 20% of groups are flat.
 ZERO_VARIANCE_THRESHOLD = 0.20
 ZERO_VARIANCE_GATE = "zero_variance_gate"
@@ -92,11 +94,7 @@ def evaluate_zero_variance(
 
 def write_verdict(path: str | Path, verdict: GateVerdict) -> None:
     """Write atomically: a half-written verdict must never read as a pass."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(verdict), indent=1))
-    tmp.replace(path)
+    write_json_atomic(path, asdict(verdict))
 
 
 def read_verdict(path: str | Path) -> GateVerdict | None:

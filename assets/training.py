@@ -700,7 +700,7 @@ def grpo_probe_run(
         "world_model_pruning": pruning,
     }
     manifest_path = trainer.probe_dir(pool_config.name) / PROBE_MANIFEST
-    manifest_path.write_text(json.dumps(manifest, indent=1))
+    write_json_atomic(manifest_path, manifest)
     preview = evaluate_zero_variance(
         steps, probe_run_id=probe_run_id, group_size=settings.num_generations,
         groups_per_step=settings.questions_per_step, threshold=trainer.zero_variance_threshold,

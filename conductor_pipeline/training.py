@@ -74,6 +74,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from conductor_pipeline.paths import write_json_atomic
 from conductor_pipeline.workflow import PARSE_CODES, PARSE_OK
 
 # --- the reward ------------------------------------------------------------------------------
@@ -594,7 +595,7 @@ def warm_start_sft(
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(output_dir)
     (output_dir / SFT_LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1))
-    manifest_path.write_text(json.dumps({"digest": digest, "base_model": str(model_path), "examples": len(examples)}))
+    write_json_atomic(manifest_path, {"digest": digest, "base_model": str(model_path), "examples": len(examples)})
     return output_dir
 
 

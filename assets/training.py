@@ -33,7 +33,7 @@ from tabulate import tabulate
 
 from assets.metadata import figure_png, png_markdown
 from assets.probing import pass_rates
-from assets.world_model import _model_path as world_model_path
+from assets.world_model import world_model_path
 from conductor_pipeline.backends.base import Worker
 from conductor_pipeline.calibration import (
     BAND_HIGH,

@@ -47,7 +47,8 @@ class WorldModelConfig(dg.Config):
         )
 
 
-def _model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
+def world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
+    """Where the pool's world model is saved; the training assets read it from here for pruning."""
     return warehouse.artifact_dir("world_model") / f"{pool_name}.pkl"
 
 
@@ -64,7 +65,7 @@ def world_model(
         raise dg.Failure("no scored probe or step calls in the warehouse: materialize probe_calls first")
     seats = {seat.name: seat for seat in pool_config.workers}
     model = WorldModel.fit(frame, seats, config.model_settings())
-    path = model.save(_model_path(warehouse, pool_config.name))
+    path = model.save(world_model_path(warehouse, pool_config.name))
     summary = model.summary()
     context.log.info(f"world model fitted on {frame.height} rows, saved to {path}")
     return dg.MaterializeResult(
@@ -94,7 +95,7 @@ def world_model_report(
     pool_config = pool.load()
     frame = load_training_frame(warehouse.get_warehouse())
     seats = {seat.name: seat for seat in pool_config.workers}
-    model_path = _model_path(warehouse, pool_config.name)
+    model_path = world_model_path(warehouse, pool_config.name)
     if not model_path.exists():
         raise dg.Failure(f"no world model at {model_path}: materialize world_model first")
     settings = EvaluationSettings(

@@ -44,12 +44,17 @@ from conductor_pipeline.records import (
     stable_id,
 )
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.workflow import PARSE_OK, Step, Workflow, WorkflowParseError, parse_workflow
+from conductor_pipeline.workflow import (
+    DEFAULT_MAX_STEPS,
+    PARSE_OK,
+    Step,
+    Workflow,
+    WorkflowParseError,
+    parse_workflow,
+)
 
 # The paper caps recursion; two levels already let a conductor fix its own first plan.
 DEFAULT_MAX_DEPTH = 2
-# The paper's workflows have at most five steps.
-DEFAULT_MAX_STEPS = 5
 # Rows are buffered and written in batches: one warehouse transaction per workflow would hold
 # the inter-process lock thousands of times per evaluation.
 DEFAULT_FLUSH_EVERY_ROWS = 2000

@@ -254,9 +254,20 @@ class Orchestrator:
         self, question: Question, *, conductor_name: str, run_id: str, arm: str | None, repeat: int, error: str
     ) -> WorkflowRecord:
         """A workflow whose conductor never answered (its endpoint failed after retries): an
-        infrastructure failure, excluded from scoring, not an unparseable output."""
+        infrastructure failure, excluded from scoring, not an unparseable output. The failed
+        conductor call is kept in `calls` as `transient`, with the provider's error."""
+        workflow_id = workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
+        self._record_call(
+            CallRecord(
+                call_id=stable_id("conductor", workflow_id, 0), run_id=run_id, kind="conductor",
+                question_id=question.question_id, worker=conductor_name, sample=repeat, subtask=None, response=None,
+                extracted_answer=None, correct=None, status=str(CallStatus.TRANSIENT), error=error[:500],
+                prompt_tokens=None, completion_tokens=None, cost_usd=None, latency_s=None, started_at=None,
+                pool=self.pool.name, workflow_id=workflow_id, step=None,
+            )
+        )
         record = WorkflowRecord(
-            workflow_id=workflow_key(run_id, arm, repeat, question.question_id, conductor_name),
+            workflow_id=workflow_id,
             run_id=run_id, question_id=question.question_id, conductor=conductor_name, raw_text=None,
             parse_code=NOT_RUN, n_steps=0, workers=[], final_answer=None, correct=None, cost_usd=0.0,
             latency_s=None, arm=arm, repeat=repeat, infra_failure=True,

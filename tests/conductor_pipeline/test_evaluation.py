@@ -188,6 +188,10 @@ def test_arms_tables_running_gap_and_decomposition(tmp_path):
         assert all(r.infra_failure and r.parse_code == "not_run" for r in down)
 
     asyncio.run(main())
+    # The conductor's failed calls are kept, unscored, with the provider's error.
+    failed = warehouse.query("SELECT status, correct, error FROM calls WHERE run_id = 'other' AND kind = 'conductor'")
+    assert failed.height == 3 and failed["status"].unique().to_list() == ["transient"]
+    assert failed["correct"].null_count() == 3 and all("HTTP 503" in e for e in failed["error"])
     workflows = warehouse.query("SELECT * FROM workflows WHERE run_id = $r", {"r": run_id})
     assert workflows.height == 80 * 2 * 6
     common = common_questions(workflows)

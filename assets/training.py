@@ -22,7 +22,7 @@ import math
 import shutil
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,7 +83,7 @@ from conductor_pipeline.training import (
 )
 from conductor_pipeline.warehouse import Warehouse, load_sql
 from conductor_pipeline.workflow import PARSE_OK, parse_code
-from conductor_pipeline.world_model import WorldModel, audit_pruning, prune_zero_variance
+from conductor_pipeline.world_model import WorldModel, audit_pruning, prompt_predictor, prune_zero_variance
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
@@ -167,13 +167,19 @@ class TrainingSet:
         }
 
 
-def _prune(trainer: TrainerResource, warehouse: WarehouseResource, pool_config: PoolConfig, questions: list[Question]):
-    """(kept, skipped, summary): questions W predicts every worker solves, or none does, are skipped."""
+def _load_world_model(warehouse: WarehouseResource, pool_config: PoolConfig, knob: str) -> tuple[WorldModel, Path]:
+    """The pool's world model, for a trainer knob that needs it (pruning, the reward bonus)."""
     path = world_model_path(warehouse, pool_config.name)
     if not path.is_file():
-        raise dg.Failure(f"prune_with_world_model is on but no world model is at {path}: materialize world_model first")
+        raise dg.Failure(f"{knob} is on but no world model is at {path}: materialize world_model first")
+    return WorldModel.load(path), path
+
+
+def _prune(trainer: TrainerResource, warehouse: WarehouseResource, pool_config: PoolConfig, questions: list[Question]):
+    """(kept, skipped, summary): questions W predicts every worker solves, or none does, are skipped."""
+    model, path = _load_world_model(warehouse, pool_config, "prune_with_world_model")
     kept, skipped = prune_zero_variance(
-        WorldModel.load(path), questions, pool_config.workers, low=trainer.prune_low, high=trainer.prune_high
+        model, questions, pool_config.workers, low=trainer.prune_low, high=trainer.prune_high
     )
     if not kept:
         raise dg.Failure(f"the world model at {path} pruned all {len(questions)} contested questions: nothing to train on")
@@ -182,6 +188,16 @@ def _prune(trainer: TrainerResource, warehouse: WarehouseResource, pool_config: 
         "contested": len(questions), "kept": len(kept), "skipped": len(skipped),
     }
     return kept, skipped, summary
+
+
+def _bonus_predictor(
+    trainer: TrainerResource, warehouse: WarehouseResource, pool_config: PoolConfig
+) -> Callable[[Question], dict[str, float]] | None:
+    """W's per-worker P(success) for the reward bonus; None while the bonus is off (the default)."""
+    if trainer.world_model_bonus_weight == 0:
+        return None
+    model, _ = _load_world_model(warehouse, pool_config, "world_model_bonus_weight")
+    return prompt_predictor(model, pool_config.workers)
 
 
 def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: TrainerResource) -> TrainingSet:
@@ -238,11 +254,21 @@ class PoolExecutor:
     verdict is kept in memory per question (`observed`) for the pruning audit.
     """
 
-    def __init__(self, pool_config: PoolConfig, workers: Mapping[str, Worker], questions: Sequence[Question], naming: str):
+    def __init__(
+        self,
+        pool_config: PoolConfig,
+        workers: Mapping[str, Worker],
+        questions: Sequence[Question],
+        naming: str,
+        predict_success: Callable[[Question], dict[str, float]] | None = None,
+    ):
         self.pool = pool_config
         self.workers = dict(workers)
         self.questions = {q.question_id: q for q in questions}
         self.naming = naming
+        # W's P(success) per worker, for the reward bonus; computed once per question.
+        self.predict_success = predict_success
+        self._predicted: dict[str, dict[str, float]] = {}
         self._orchestrators: dict[tuple[int, tuple[str, ...]], Orchestrator] = {}
         self._governors: dict[int, Governor] = {}
         self.observed: dict[str, list[RolloutVerdict]] = {}
@@ -258,10 +284,18 @@ class PoolExecutor:
 
     async def __call__(self, completion: str, row: dict) -> RolloutVerdict:
         orchestrator = self._orchestrator(tuple(row["workers"]))
-        code, correct = await orchestrator.score_completion(self.questions[row["question_id"]], completion)
-        verdict = RolloutVerdict(code, correct)
+        question = self.questions[row["question_id"]]
+        code, correct, final_worker = await orchestrator.score_completion(question, completion)
+        verdict = RolloutVerdict(code, correct, expected_success=self._expected(question, final_worker))
         self.observed.setdefault(row["question_id"], []).append(verdict)
         return verdict
+
+    def _expected(self, question: Question, worker: str | None) -> float | None:
+        if self.predict_success is None or worker is None:
+            return None
+        if question.question_id not in self._predicted:
+            self._predicted[question.question_id] = self.predict_success(question)
+        return self._predicted[question.question_id].get(worker)  # None for a conductor seat
 
     def observed_rewards(self, variant: str) -> dict[str, list[float]]:
         """Question id -> the scored rewards of its rollouts so far (infrastructure failures left out)."""
@@ -309,7 +343,8 @@ def _run_grpo(
     store, pool_config = training.store, training.pool_config
     rows = _prompt_rows(training.questions, pool_config, trainer, settings, training.anchors)
     reward = make_conductor_reward(
-        executor, settings.reward_variant, cost_weight=settings.cost_weight, group_size=settings.num_generations
+        executor, settings.reward_variant, cost_weight=settings.cost_weight, group_size=settings.num_generations,
+        bonus_weight=settings.world_model_bonus_weight,
     )
     started = time.monotonic()
     last_log = [0.0]
@@ -669,7 +704,8 @@ def grpo_probe_run(
     probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
-    executor = PoolExecutor(pool_config, pool.build_workers(), [*training.questions, *training.skipped], trainer.naming)
+    executor = PoolExecutor(pool_config, pool.build_workers(), [*training.questions, *training.skipped], trainer.naming,
+                            _bonus_predictor(trainer, warehouse, pool_config))
     outcome = _run_grpo(
         context, training=training, executor=executor, trainer=trainer,
         settings=settings, output_dir=output_dir, run_id=probe_run_id, phase="probe", resume=False,
@@ -802,7 +838,8 @@ def conductor_checkpoint(
     with store.connect() as con:  # steps a killed run logged past its last checkpoint are recomputed
         con.execute(load_sql("delete_training_steps_after"), {"run_id": run_id, "step": resume_step})
     started = time.monotonic()
-    executor = PoolExecutor(pool_config, pool.build_workers(), training.questions, trainer.naming)
+    executor = PoolExecutor(pool_config, pool.build_workers(), training.questions, trainer.naming,
+                            _bonus_predictor(trainer, warehouse, pool_config))
     outcome = _run_grpo(
         context, training=training, executor=executor, trainer=trainer,
         settings=settings, output_dir=output_dir, run_id=run_id, phase="grpo", resume=True,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from conductor_pipeline.backends.base import Worker
 from conductor_pipeline.governor import Governor
@@ -95,6 +96,14 @@ def add_latency(total: float | None, more: float | None) -> float | None:
     if more is None:
         return total
     return more if total is None else total + more
+
+
+class CompletionScore(NamedTuple):
+    """What one scored conductor completion gave: the reward's inputs."""
+
+    parse_code: str
+    correct: bool | None
+    final_worker: str | None  # the real name of the worker whose answer is final; None if unparsed
 
 
 class Orchestrator:
@@ -277,8 +286,8 @@ class Orchestrator:
 
     async def score_completion(
         self, question: Question, completion_text: str, *, shown_workers: Sequence[str] | None = None
-    ) -> tuple[str, bool | None]:
-        """(parse code, correct) for one conductor completion, recording nothing.
+    ) -> CompletionScore:
+        """(parse code, correct, final worker) for one conductor completion, recording nothing.
 
         The GRPO reward's scoring path: `correct` is None when the workflow did not parse or
         hit an infrastructure failure (the caller excludes those rollouts or scores them 0).
@@ -287,17 +296,18 @@ class Orchestrator:
         try:
             workflow = self.parse(completion_text, shown_workers=shown_workers)
         except WorkflowParseError as exc:
-            return exc.code, None
+            return CompletionScore(exc.code, None, None)
+        final_worker = workflow.steps[-1].worker
         workflow_id = stable_id("score", question.question_id, completion_text)
         state = await self._execute_steps(
             question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id="score",
             sample=0, depth=0, record=False,
         )
         if state.infra_failure:
-            return PARSE_OK, None
+            return CompletionScore(PARSE_OK, None, final_worker)
         final_response, recorded = _final(state)
         _, correct = await _grade_final(final_response, recorded, question.answer)
-        return PARSE_OK, correct
+        return CompletionScore(PARSE_OK, correct, final_worker)
 
     async def flush(self) -> None:
         """Write buffered rows: calls first, so a recorded workflow always has its steps."""

@@ -103,13 +103,21 @@ class RolloutVerdict:
     parse_code: str
     correct: bool | None = None
     cost_usd: float = 0.0
+    # The world model's P(success) for the worker whose answer is final; None when W is not used.
+    expected_success: float | None = None
 
     @property
     def infrastructure_failure(self) -> bool:
         return self.parse_code == PARSE_OK and self.correct is None
 
 
-def reward_for(verdict: RolloutVerdict | None, variant: RewardVariant = "paper", *, cost_weight: float = 0.0) -> float | None:
+def reward_for(
+    verdict: RolloutVerdict | None,
+    variant: RewardVariant = "paper",
+    *,
+    cost_weight: float = 0.0,
+    bonus_weight: float = 0.0,
+) -> float | None:
     """The scalar reward of one rollout; None (excluded by TRL) for infrastructure failures."""
     if verdict is None or verdict.infrastructure_failure:
         return None
@@ -117,7 +125,26 @@ def reward_for(verdict: RolloutVerdict | None, variant: RewardVariant = "paper",
     if verdict.parse_code != PARSE_OK:
         return unparseable
     base = correct if verdict.correct else parsed_wrong
-    return base - cost_weight * verdict.cost_usd
+    bonus = 0.0
+    if verdict.expected_success is not None:
+        bonus = routing_bonus(verdict.expected_success, bool(verdict.correct), bonus_weight)
+    return base - cost_weight * verdict.cost_usd + bonus
+
+
+def routing_bonus(predicted: float, correct: bool, weight: float = 0.0) -> float:
+    """Reward bonus when a routing decision beats W's expectation: weight * max(0, correct - predicted).
+
+    OFF by default (weight 0) and meant to be tried LAST and carefully: it rewards the policy for
+    W's mistakes as much as for good routing (a worker W underrates becomes a bonus farm), it
+    makes the reward depend on a model that is itself trained on the policy's own telemetry, and
+    it adds variance to the GRPO advantage. Use only with a W that beat the marginal baselines on
+    held-out questions, with a small weight, and compare against a run without it.
+    """
+    if weight == 0.0:
+        return 0.0
+    if not 0.0 <= predicted <= 1.0:
+        raise ValueError(f"predicted must be a probability, got {predicted}")
+    return weight * max(0.0, float(correct) - predicted)
 
 
 SyncExecute = Callable[[str, dict], "RolloutVerdict | None"]
@@ -151,12 +178,15 @@ class _RewardTally:
 class _ConductorRewardBase:
     __name__ = REWARD_FUNC_NAME
 
-    def __init__(self, execute: Callable, variant: RewardVariant, cost_weight: float, group_size: int | None):
+    def __init__(
+        self, execute: Callable, variant: RewardVariant, cost_weight: float, group_size: int | None, bonus_weight: float
+    ):
         if variant not in REWARD_TABLE:
             raise ValueError(f"reward variant must be one of {sorted(REWARD_TABLE)}, got {variant!r}")
         self.execute = execute
         self.variant = variant
         self.cost_weight = cost_weight
+        self.bonus_weight = bonus_weight
         self.group_size = group_size
         self.tally = _RewardTally()
 
@@ -170,7 +200,9 @@ class _ConductorRewardBase:
         return [{"prompt": prompt, **{k: v[i] for k, v in columns.items()}} for i, prompt in enumerate(prompts)]
 
     def _finish(self, verdicts: list[RolloutVerdict | None], log_metric: Callable | None) -> list[float | None]:
-        rewards = [reward_for(v, self.variant, cost_weight=self.cost_weight) for v in verdicts]
+        rewards = [
+            reward_for(v, self.variant, cost_weight=self.cost_weight, bonus_weight=self.bonus_weight) for v in verdicts
+        ]
         codes = ["infrastructure" if v is None or v.infrastructure_failure else v.parse_code for v in verdicts]
         self.tally.add(codes)
         if log_metric is not None and verdicts:
@@ -230,6 +262,7 @@ def make_conductor_reward(
     *,
     cost_weight: float = 0.0,
     group_size: int | None = None,
+    bonus_weight: float = 0.0,
 ) -> ConductorReward | AsyncConductorReward:
     """Wrap `execute(completion_text, row) -> RolloutVerdict | None` as a TRL reward function.
 
@@ -237,10 +270,11 @@ def make_conductor_reward(
     `prompt`. `execute` parses the workflow against `row["workers"]` and runs it through the
     orchestrator; returning None (or a verdict with `correct=None`) marks an infrastructure
     failure. Pass `group_size` (= num_generations) to log `conductor/frac_groups_no_signal`.
+    `bonus_weight` > 0 adds `routing_bonus` to verdicts that carry W's `expected_success`.
     """
     if inspect.iscoroutinefunction(execute) or inspect.iscoroutinefunction(getattr(execute, "__call__", None)):
-        return AsyncConductorReward(execute, variant, cost_weight, group_size)
-    return ConductorReward(execute, variant, cost_weight, group_size)
+        return AsyncConductorReward(execute, variant, cost_weight, group_size, bonus_weight)
+    return ConductorReward(execute, variant, cost_weight, group_size, bonus_weight)
 
 
 # --- prompts: the training dataset and randomised pools ------------------------------------
@@ -331,6 +365,9 @@ class GRPOSettings:
         "'paper': 0 unparseable / 0.5 parsed but wrong / 1 correct; 'strict': 0 / 0 / 1."))
     cost_weight: float = field(default=0.0, metadata=_help(
         "Reward penalty per USD of worker cost; 0 keeps cost out of the reward (the paper)."))
+    world_model_bonus_weight: float = field(default=0.0, metadata=_help(
+        "Reward bonus weight * max(0, correct - W's P(success) of the final worker); 0 (off) by default. "
+        "The last and most careful use of W: see `routing_bonus`."))
     randomize_pools: bool = field(default=True, metadata=_help(
         "Show each training question a random subset of the pool (the paper's randomised pools)."))
     min_pool_size: int = field(default=2, metadata=_help("Smallest random pool subset shown to the policy."))
@@ -730,14 +767,11 @@ def train_grpo(
     )
     try:
         trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
-    except BaseException:
+    finally:
+        # An early stop, a fault or a finish between save steps still leaves its last step on disk.
         if trainer.state.global_step > _checkpoint_step(_last_checkpoint(output_dir)):
             trainer._save_checkpoint(trainer.model, trial=None)
-        raise
     last = _last_checkpoint(output_dir)
-    if trainer.state.global_step > _checkpoint_step(last):
-        trainer._save_checkpoint(trainer.model, trial=None)
-        last = _last_checkpoint(output_dir)
     return TrainingOutcome(
         checkpoint_dir=last,
         global_step=trainer.state.global_step,

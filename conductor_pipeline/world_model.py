@@ -17,8 +17,9 @@ no real latency and their token counts (hence costs) are estimates. `WorldModel.
 which targets were trained on what, instead of inventing numbers.
 
 Whether W is worth its code is decided in `world_model_eval` against per-worker marginal
-accuracy; the hooks at the bottom (prompt catalogue, rollout pruning, reward bonus) are meant
-to be used only where that report says W earns it.
+accuracy; the hooks at the bottom (prompt catalogue, rollout pruning) and the reward bonus
+(`training.routing_bonus`, fed by `prompt_predictor`) are meant to be used only where that
+report says W earns it.
 """
 
 from __future__ import annotations
@@ -806,19 +807,3 @@ def audit_pruning(
     observed = [observed_rewards[qid] for qid in ids if qid in observed_rewards and len(observed_rewards[qid]) > 0]
     zero = sum(1 for rewards in observed if float(np.ptp(np.asarray(rewards, dtype=float))) <= tolerance)
     return PruningAudit(skipped=len(ids), observed=len(observed), really_zero_variance=zero)
-
-
-def routing_bonus(predicted: float, correct: bool, weight: float = 0.0) -> float:
-    """Reward bonus when a routing decision beats W's expectation: weight * max(0, correct - predicted).
-
-    OFF by default (weight 0) and meant to be tried LAST and carefully: it rewards the policy for
-    W's mistakes as much as for good routing (a worker W underrates becomes a bonus farm), it
-    makes the reward depend on a model that is itself trained on the policy's own telemetry, and
-    it adds variance to the GRPO advantage. Use only with a W that beat the marginal baselines on
-    held-out questions, with a small weight, and compare against a run without it.
-    """
-    if weight == 0.0:
-        return 0.0
-    if not 0.0 <= predicted <= 1.0:
-        raise ValueError(f"predicted must be a probability, got {predicted}")
-    return weight * max(0.0, float(correct) - predicted)

@@ -88,6 +88,12 @@ class TrainerResource(dg.ConfigurableResource):
         description="Drop questions the world model predicts every worker solves (or none does) from the GRPO "
         "dataset of the probe and of training; needs the world_model asset",
     )
+    world_model_bonus_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Reward bonus weight * max(0, correct - W's P(success) of the final worker); 0 = off (default). "
+        "The last and most careful use of W: it rewards W's mistakes as much as good routing; needs the world_model asset",
+    )
     prune_low: float = Field(PRUNE_LOW, ge=0, le=1, description="Pruning: 'none solves' when every P(success) is below")
     prune_high: float = Field(PRUNE_HIGH, ge=0, le=1, description="Pruning: 'all solve' when every P(success) is above")
     prune_audit_questions: int = Field(
@@ -107,6 +113,7 @@ class TrainerResource(dg.ConfigurableResource):
         """The profile's GRPOSettings with this resource's overrides (`steps` overrides train_steps)."""
         overrides: dict[str, object] = {
             "reward_variant": self.reward_variant,
+            "world_model_bonus_weight": self.world_model_bonus_weight,
             "randomize_pools": self.randomize_pools,
             "save_steps": self.save_steps,
             "seed": self.seed,

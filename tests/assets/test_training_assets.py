@@ -8,6 +8,7 @@ GSM8K answers for rollouts, the tiny offline policy and TRL's GRPOTrainer at toy
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -15,9 +16,11 @@ import dagster as dg
 import pytest
 
 from assets.training import (
+    PoolExecutor,
     TRAINING_ASSETS,
     TRAINING_CHECKS,
     TRAINING_JOBS,
+    _bonus_predictor,
     conductor_checkpoint,
     contested_set,
     contested_set_size,
@@ -277,3 +280,35 @@ def test_world_model_pruning_drops_predicted_flat_questions_and_audits_the_skip(
     manifest = json.loads((resources["trainer"].probe_dir(POOL) / "latest_probe.json").read_text())
     assert manifest["trained_questions"] == N_TRAIN - len(believed_easy)
     assert manifest["world_model_pruning"]["skipped_audit"] == audit
+
+
+def test_reward_bonus_sees_ws_prediction_for_the_final_worker_once_per_question(gsm8k, tmp_path):
+    train, _ = gsm8k
+    pool_config = PoolResource(pool=POOL).load()
+    predicted_for: list[str] = []
+
+    def predict(question):
+        predicted_for.append(question.question_id)
+        return {"gpt-4o": 0.25, WEAK: 0.75}
+
+    executor = PoolExecutor(pool_config, PoolResource(pool=POOL).build_workers(), train, "ordinal", predict)
+    row = {"question_id": train[0].question_id, "workers": ["gpt-4o", WEAK]}
+    # "Model 1" is the second shown worker: the weak one answers last.
+    workflow = "model_id = [0, 1]\nsubtasks = ['solve', 'check']\naccess_list = [[], [0]]"
+    to_strong = asyncio.run(executor("model_id = [0]\nsubtasks = ['solve']\naccess_list = [[]]", row))
+    to_weak = asyncio.run(executor(workflow, row))
+    assert to_strong.expected_success == 0.25 and to_weak.expected_success == 0.75
+    assert predicted_for == [train[0].question_id]  # cached: W runs once per question, not per rollout
+    assert asyncio.run(executor("not a workflow", row)).expected_success is None
+
+    off = PoolExecutor(pool_config, PoolResource(pool=POOL).build_workers(), train, "ordinal")
+    assert asyncio.run(off("model_id = [0]\nsubtasks = ['solve']\naccess_list = [[]]", row)).expected_success is None
+
+
+def test_reward_bonus_without_a_world_model_fails_naming_the_knob(tmp_path, tiny_model):
+    resources = _resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model, world_model_bonus_weight=0.1)
+    assert resources["trainer"].grpo_settings().world_model_bonus_weight == 0.1  # reaches the reward's settings
+    assert _bonus_predictor(_resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model)["trainer"],
+                            resources["warehouse"], resources["pool"].load()) is None  # off: W is never loaded
+    with pytest.raises(dg.Failure, match="world_model_bonus_weight is on but no world model"):
+        _bonus_predictor(resources["trainer"], resources["warehouse"], resources["pool"].load())

@@ -285,8 +285,8 @@ def test_score_completion_records_nothing_and_reports_the_parse_code(tmp_path):
         return good, bad
 
     good, bad = asyncio.run(main())
-    assert good == ("ok", True)
-    assert bad == ("length_mismatch", None)
+    assert good == ("ok", True, "a")
+    assert bad == ("length_mismatch", None, None)
     assert warehouse.query("SELECT count(*) FROM calls").item() == 0
 
 
@@ -300,7 +300,7 @@ def test_score_completion_maps_a_shown_subset_of_the_pool_back_to_real_names():
         # The prompt showed only c then a: "Model 0" is c.
         return await orch.score_completion(QUESTION, lists([0], ["solve"], [[]]), shown_workers=["c", "a"])
 
-    assert asyncio.run(main()) == ("ok", True)
+    assert asyncio.run(main()) == ("ok", True, "c")
     assert len(workers["c"].requests) == 1 and workers["a"].requests == []
 
 

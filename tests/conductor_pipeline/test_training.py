@@ -23,6 +23,7 @@ from conductor_pipeline.training import (
     frac_groups_without_signal,
     make_conductor_reward,
     reward_for,
+    routing_bonus,
     settings_help,
     train_grpo,
     warm_start_sft,
@@ -124,6 +125,17 @@ def test_reward_variants_and_infrastructure_failures():
     assert [reward_for(v, "strict") for v in (unparsed, wrong, right)] == [0.0, 0.0, 1.0]
     assert reward_for(RolloutVerdict("ok", None)) is None and reward_for(None) is None
     assert reward_for(RolloutVerdict("ok", True, cost_usd=0.1), cost_weight=2.0) == pytest.approx(0.8)
+
+
+def test_routing_bonus_is_off_by_default_and_only_rewards_beating_w():
+    assert routing_bonus(0.2, True) == 0.0
+    assert routing_bonus(0.2, True, weight=0.5) == pytest.approx(0.4)
+    assert routing_bonus(0.9, False, weight=0.5) == 0.0  # a bonus, never a penalty
+    right_despite_w = RolloutVerdict("ok", True, expected_success=0.2)
+    assert reward_for(right_despite_w) == 1.0  # the weight defaults to 0: off
+    assert reward_for(right_despite_w, bonus_weight=0.5) == pytest.approx(1.4)
+    assert reward_for(RolloutVerdict("ok", False, expected_success=0.2), bonus_weight=0.5) == 0.5
+    assert reward_for(RolloutVerdict("json_decode", expected_success=0.2), bonus_weight=0.5) == 0.0
 
 
 def test_reward_function_speaks_trls_calling_convention():

@@ -19,7 +19,6 @@ from conductor_pipeline.world_model import (
     build_features,
     predicted_success_for_prompt,
     prune_zero_variance,
-    routing_bonus,
 )
 from conductor_pipeline.world_model_eval import EvaluationSettings, evaluate_world_model
 
@@ -222,12 +221,6 @@ def test_pruning_skips_questions_w_predicts_everyone_or_no_one_solves() -> None:
     assert prune_zero_variance(model, [], _seats()) == ([], [])
     with pytest.raises(ValueError):
         prune_zero_variance(model, fresh, _seats(), low=0.9, high=0.1)
-
-
-def test_routing_bonus_is_off_by_default() -> None:
-    assert routing_bonus(0.2, True) == 0.0
-    assert routing_bonus(0.2, True, weight=0.5) == pytest.approx(0.4)
-    assert routing_bonus(0.9, False, weight=0.5) == 0.0  # a bonus, never a penalty
 
 
 def test_save_load_roundtrip(tmp_path, fitted: WorldModel) -> None:

@@ -66,7 +66,7 @@ from conductor_pipeline.prompt import (
     displayed_worker_names,
 )
 from conductor_pipeline.records import Question
-from conductor_pipeline.splits import split_fingerprint, split_of
+from conductor_pipeline.splits import split_fingerprint, split_of, train_split_rows
 from conductor_pipeline.synthetic import warm_start_pairs
 from conductor_pipeline.training import (
     SFT_LOG_HISTORY,
@@ -106,13 +106,6 @@ NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the prob
 # ---------------------------------------------------------------------------- shared helpers
 
 
-
-
-def _train_only(frame: pl.DataFrame) -> pl.DataFrame:
-    """Rows whose question is on the train side of the project's split: nothing else may train."""
-    return frame.filter(pl.col("question_id").map_elements(lambda q: split_of(q) == "train", return_dtype=pl.Boolean))
-
-
 def _contested_paths(warehouse: WarehouseResource, pool_name: str) -> tuple[Path, Path]:
     folder = warehouse.artifact_dir("contested_set")
     return folder / f"{pool_name}.parquet", folder / f"{pool_name}.json"
@@ -139,10 +132,8 @@ def _contested_questions(store: Warehouse, manifest: Mapping) -> list[Question]:
 
 def _train_pass_rates(store: Warehouse, pool_config: PoolConfig) -> pl.DataFrame:
     """Train-split pass rates of the pool's workers (question_id, worker, samples, successes)."""
-    return (
-        _train_only(pass_rate_table(store, pool_config.name))
-        .filter(pl.col("worker").is_in(pool_config.worker_names))
-        .select("question_id", "worker", "samples", "successes")
+    return train_split_rows(pass_rate_table(store, pool_config.name), pool_config.worker_names).select(
+        "question_id", "worker", "samples", "successes"
     )
 
 
@@ -485,9 +476,7 @@ def contested_set(
     rates = _train_pass_rates(store, pool_config)
     if rates.is_empty():
         raise dg.Failure(f"no train-split probe pass rates for pool {pool_config.name!r}: materialize pass_rates first")
-    first = _train_only(store.query_file("first_probe_samples", {"pool": pool_config.name})).filter(
-        pl.col("worker").is_in(workers)
-    )
+    first = train_split_rows(store.query_file("first_probe_samples", {"pool": pool_config.name}), workers)
     rule = ContestedRule(
         weak=config.weak, strong=config.strong, band_low=config.band_low, band_high=config.band_high,
         confidence=config.confidence,

@@ -27,7 +27,7 @@ from conductor_pipeline.pools import WorkerSeat
 
 from conductor_pipeline.orchestrator import one_step_workflow
 from conductor_pipeline.records import Question, stable_id
-from conductor_pipeline.splits import split_of
+from conductor_pipeline.splits import split_of, train_split_rows
 from conductor_pipeline.workflow import Workflow
 
 
@@ -57,9 +57,7 @@ def choose_best_single(
         probe_outcomes = probe_outcomes.with_columns(
             (pl.col("successes") / pl.col("samples")).alias("pass_rate")
         )
-    frame = probe_outcomes.filter(pl.col("worker").is_in(list(workers)) & pl.col("pass_rate").is_not_null())
-    train_ids = {qid for qid in frame["question_id"].unique().to_list() if split_fn(qid) == "train"}
-    frame = frame.filter(pl.col("question_id").is_in(sorted(train_ids)))
+    frame = train_split_rows(probe_outcomes, workers, split_fn=split_fn).filter(pl.col("pass_rate").is_not_null())
     covered = frame.group_by("question_id").agg(pl.col("worker").n_unique().alias("n"))
     common = covered.filter(pl.col("n") == len(set(workers)))["question_id"].to_list()
     if not common:

@@ -9,8 +9,10 @@ agrees without storing a list, and a question never moves when others are added.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Literal
+
+import polars as pl
 
 SplitName = Literal["train", "eval"]
 
@@ -75,3 +77,16 @@ def assert_disjoint(train_ids: Iterable[str], eval_ids: Iterable[str]) -> None:
         raise SplitLeakError(
             f"{len(leaked)} question ids are in both train and eval: {', '.join(shown)}{more}"
         )
+
+
+def train_split_rows(
+    frame: pl.DataFrame, workers: Collection[str], *, split_fn: Callable[[str], str] = split_of
+) -> pl.DataFrame:
+    """The rows of `workers` on TRAIN-split questions only (each question id hashed once).
+
+    Whatever learns from outcomes (W, best-single choice, the contested set, GRPO) must never
+    have seen an eval question: its results there would be memory, not prediction.
+    """
+    ids = frame["question_id"].unique().to_list()
+    train_ids = [qid for qid in ids if split_fn(qid) == "train"]
+    return frame.filter(pl.col("question_id").is_in(train_ids) & pl.col("worker").is_in(list(workers)))

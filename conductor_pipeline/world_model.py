@@ -44,7 +44,8 @@ from sklearn.model_selection import GroupShuffleSplit
 from conductor_pipeline.pools import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of
-from conductor_pipeline.world_model_data import normalize_training_frame, train_split_rows
+from conductor_pipeline.splits import train_split_rows
+from conductor_pipeline.world_model_data import normalize_training_frame
 
 # --- knobs -------------------------------------------------------------------------------------
 

@@ -14,13 +14,12 @@ so the model can be developed and benchmarked before probing has filled the ware
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 
 from conductor_pipeline.pools import WorkerSeat
-from conductor_pipeline.splits import split_of
 from conductor_pipeline.warehouse import Warehouse, load_sql
 
 TRAINING_COLUMNS: dict[str, pl.DataType] = {
@@ -51,20 +50,6 @@ def normalize_training_frame(frame: pl.DataFrame) -> pl.DataFrame:
 def load_training_frame(warehouse: Warehouse) -> pl.DataFrame:
     """Every scored probe and workflow-step call, joined to its question (sql/world_model_training_rows.sql)."""
     return normalize_training_frame(warehouse.query(load_sql("world_model_training_rows")))
-
-
-def train_split_rows(
-    frame: pl.DataFrame, workers: Collection[str], *, split_fn: Callable[[str], str] = split_of
-) -> pl.DataFrame:
-    """The rows of `workers` on TRAIN-split questions only.
-
-    The W that routes or prompts on the eval slice must never have seen an eval question: its
-    predictions there would be memory, not prediction, and the W-router would beat best single
-    for free.
-    """
-    ids = frame["question_id"].unique().to_list()
-    train_ids = [qid for qid in ids if split_fn(qid) == "train"]
-    return frame.filter(pl.col("question_id").is_in(train_ids) & pl.col("worker").is_in(list(workers)))
 
 
 def replay_training_frame(

@@ -15,7 +15,7 @@ from conductor_pipeline.records import Question
 from conductor_pipeline.routers import WorldModelRouter
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.world_model import WorldModel, fit_on_train_split
-from conductor_pipeline.world_model_data import train_split_rows
+from conductor_pipeline.splits import train_split_rows
 from tests.conductor_pipeline.test_world_model import FAST, WORKERS, _frame, _questions, _seats, _specialist_skill
 
 QUESTIONS = _questions(480, seed=1)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from conductor_pipeline.backends.base import Worker
 from conductor_pipeline.governor import Governor
-from conductor_pipeline.grading import grade
+from conductor_pipeline.grading import Grade, grade
 from conductor_pipeline.policies import ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.pools import PoolConfig, WorkerSeat
 from conductor_pipeline.prompt import (
@@ -79,6 +79,7 @@ class StepOutcome:
     response: str | None
     status: CallStatus
     recorded_correct: bool | None = None
+    graded: Grade | None = None  # set where the step was graded for its `calls` row; reused as the final grade
 
 
 @dataclass(slots=True)
@@ -243,11 +244,10 @@ class Orchestrator:
             question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id=run_id,
             sample=repeat, depth=0,
         )
-        final_response, recorded = _final(state)
         if state.infra_failure:
             final_answer, correct = None, None
         else:
-            final_answer, correct = await _grade_final(final_response, recorded, question.answer)
+            final_answer, correct = await _grade_final(state, question.answer)
         record = WorkflowRecord(
             workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
             conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
@@ -305,8 +305,7 @@ class Orchestrator:
         )
         if state.infra_failure:
             return CompletionScore(PARSE_OK, None, final_worker)
-        final_response, recorded = _final(state)
-        _, correct = await _grade_final(final_response, recorded, question.answer)
+        _, correct = await _grade_final(state, question.answer)
         return CompletionScore(PARSE_OK, correct, final_worker)
 
     async def flush(self) -> None:
@@ -350,15 +349,16 @@ class Orchestrator:
                 )
             else:
                 result = await self._call_worker(question, seat, messages, sample)
-            outcome = StepOutcome(
-                index=index, worker=step.worker, subtask=step.subtask, response=result.response,
-                status=result.status, recorded_correct=result.recorded_correct,
+            graded = await asyncio.to_thread(grade, result.response, question.answer) if record else None
+            state.outcomes.append(
+                StepOutcome(
+                    index=index, worker=step.worker, subtask=step.subtask, response=result.response,
+                    status=result.status, recorded_correct=result.recorded_correct, graded=graded,
+                )
             )
-            state.outcomes.append(outcome)
             state.cost_usd += result.cost_usd or 0.0
             state.latency_s = add_latency(state.latency_s, result.latency_s)
-            if record:
-                graded = await asyncio.to_thread(grade, result.response, question.answer)
+            if graded is not None:
                 correct = None if not result.status.scored else (
                     result.recorded_correct if result.recorded_correct is not None else graded.correct
                 )
@@ -470,12 +470,13 @@ class Orchestrator:
             question, inner, workflow_id=inner_id, root_workflow_id=root_workflow_id, run_id=run_id,
             sample=sample, depth=depth + 1, record=record,
         )
-        response, recorded = _final(inner_state)
+        last = inner_state.outcomes[-1] if inner_state.outcomes else None
         status = CallStatus.TRANSIENT if inner_state.infra_failure else (
-            inner_state.outcomes[-1].status if inner_state.outcomes else CallStatus.EMPTY
+            last.status if last is not None else CallStatus.EMPTY
         )
         return CallResult(
-            status=status, response=response, recorded_correct=recorded,
+            status=status, response=last.response if last is not None else None,
+            recorded_correct=last.recorded_correct if last is not None else None,
             cost_usd=inner_state.cost_usd, latency_s=add_latency(output.latency_s, inner_state.latency_s),
             error="inner workflow hit an infrastructure failure" if inner_state.infra_failure else None,
         )
@@ -532,15 +533,13 @@ def _sample_for(worker: Worker, repeat: int) -> int:
     return repeat
 
 
-def _final(state: _Execution) -> tuple[str | None, bool | None]:
-    if not state.outcomes:
-        return None, None
-    last = state.outcomes[-1]
-    return last.response, last.recorded_correct
-
-
-async def _grade_final(response: str | None, recorded: bool | None, gold: str) -> tuple[str | None, bool]:
-    graded = await asyncio.to_thread(grade, response, gold)
+async def _grade_final(state: _Execution, gold: str) -> tuple[str | None, bool]:
+    """(extracted answer, correct) of the last step: the workflow's answer."""
+    last = state.outcomes[-1] if state.outcomes else None
+    graded = last.graded if last is not None and last.graded is not None else None
+    if graded is None:  # not graded yet (nothing recorded, e.g. a GRPO rollout)
+        graded = await asyncio.to_thread(grade, last.response if last is not None else None, gold)
+    recorded = last.recorded_correct if last is not None else None
     # Verdict-only replays (no text) carry the recorded verdict; use it as is.
     return graded.extracted, recorded if recorded is not None else graded.correct
 

@@ -152,12 +152,6 @@ def plan_probes(
     return pending, already, unrecorded
 
 
-def _naive_utc(moment: datetime | None) -> datetime | None:
-    if moment is None or moment.tzinfo is None:
-        return moment
-    return moment.astimezone(UTC).replace(tzinfo=None)
-
-
 def grade_results(done: Sequence[_Done], *, pool: str, run_id: str, processes: int = 2) -> list[CallRecord]:
     """Turn finished calls into `calls` rows: text graded by the project grader in one batch.
 
@@ -206,7 +200,7 @@ def grade_results(done: Sequence[_Done], *, pool: str, run_id: str, processes: i
                 completion_tokens=result.completion_tokens,
                 cost_usd=result.cost_usd,
                 latency_s=result.latency_s,
-                started_at=_naive_utc(result.started_at),
+                started_at=result.started_at,
                 pool=pool,
                 reasoning_tokens=result.reasoning_tokens,
                 tokens_estimated=result.tokens_estimated,

@@ -56,6 +56,7 @@ class Warehouse:
         with self._lock:
             con = duckdb.connect(str(self.path))
             try:
+                con.execute(load_sql("session_settings"))
                 if not self._schema_applied:
                     con.execute(load_sql("schema"))
                     self._schema_applied = True

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import os
+import subprocess
+import sys
 from datetime import datetime
 
 import duckdb
 import pytest
 
+from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.records import CallRecord, Question
 from conductor_pipeline.warehouse import Warehouse, load_sql
 
@@ -67,6 +71,25 @@ def test_a_failed_batch_writes_nothing(tmp_path):
     with pytest.raises(duckdb.ConstraintException, match="run_id"):
         wh.insert("calls", broken)
     assert wh.query("SELECT status FROM calls").rows() == [("transient",)]  # the delete was rolled back
+
+
+STORE_NOON_UTC = """
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from conductor_pipeline.warehouse import Warehouse
+from tests.conductor_pipeline.test_warehouse import make_call
+wh = Warehouse(sys.argv[1])
+wh.insert("calls", [replace(make_call(1), started_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC)), make_call(2)])
+"""
+
+
+def test_an_aware_timestamp_is_stored_as_utc_whatever_the_host_zone(tmp_path):
+    # DuckDB takes the host zone when the process starts, so the write runs in a child process.
+    env = {**os.environ, "TZ": "America/New_York", "PYTHONPATH": str(PROJECT_ROOT)}
+    subprocess.run([sys.executable, "-c", STORE_NOON_UTC, str(tmp_path / "w.duckdb")], env=env, check=True)
+    stored = dict(Warehouse(tmp_path / "w.duckdb").query("SELECT call_id, started_at FROM calls").rows())
+    assert stored == {"c1-w": datetime(2026, 1, 1, 12, 0), "c2-w": datetime(2026, 1, 1)}  # naive values kept as is
 
 
 def test_questions_round_trip(tmp_path):

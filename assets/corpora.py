@@ -40,9 +40,9 @@ def subject_level_table(questions: Iterable[Question]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github")
 
 
-def _file_metadata(key: str, path_override: str | None = None) -> dict[str, dg.MetadataValue]:
+def _file_metadata(key: str) -> dict[str, dg.MetadataValue]:
     """Where the registered file `key` was found and its (verified) sha256."""
-    path = resolve_data_file(key, path=path_override)
+    path = resolve_data_file(key)
     return {
         "path": dg.MetadataValue.path(str(path)),
         "sha256": dg.MetadataValue.text(sha256_of(path)),

@@ -50,7 +50,6 @@ PROBE_SAMPLES = 2
 SEAT_TIMEOUT_S = 1.0  # a `hang` costs one timeout; short so hangs do not dominate the wall time
 RETRY = {"max_attempts": 3, "base_delay_s": 0.02, "max_delay_s": 0.5}  # 3: some calls do exhaust it
 UNPARSEABLE_SHARE = 0.05  # conductor outputs that fail to parse (recorded, no step calls)
-TRANSIENT_FAULTS = {"rate_limit", "server_error", "hang", "reset", "malformed"}
 
 
 @dataclass

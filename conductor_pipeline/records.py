@@ -46,9 +46,6 @@ class CallStatus(StrEnum):
         return self not in (CallStatus.TRANSIENT, CallStatus.NOT_RECORDED)
 
 
-SCORED_STATUSES: tuple[str, ...] = tuple(s.value for s in CallStatus if s.scored)
-
-
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str  # "system" | "user" | "assistant"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from dataclasses import fields
 
 import pytest
 

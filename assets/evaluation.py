@@ -149,7 +149,7 @@ def _latest_metadata(instance: dg.DagsterInstance, asset: str, field: str) -> ob
 def _training_question_ids(store: Warehouse, instance: dg.DagsterInstance) -> list[str]:
     """Every question a conductor was trained or run on outside evaluation: conductor calls logged
     outside eval runs, plus the latest contested set (the GRPO training questions), if any."""
-    ids = set(store.query_file("eval_training_questions")["question_id"].to_list())
+    ids = set(store.query_file("eval_training_questions", {"eval_prefix": EVAL_RUN_PREFIX})["question_id"].to_list())
     manifest_path = _latest_metadata(instance, CONTESTED_SET_ASSET, "manifest_path")
     if manifest_path and Path(str(manifest_path)).is_file():
         ids.update(json.loads(Path(str(manifest_path)).read_text()).get("question_ids", []))

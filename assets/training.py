@@ -31,6 +31,7 @@ import polars as pl
 from pydantic import Field
 from tabulate import tabulate
 
+from assets.deployment import GPU_POOL  # training, probe and warm start share one GPU: one step at a time
 from assets.metadata import figure_png, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
@@ -89,8 +90,6 @@ from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "training"
-# Training, the probe and the warm start share one GPU: Dagster runs one step of pool `gpu` at a time.
-GPU_POOL = "gpu"
 # "200 steps over 33 questions is memorisation": the contested set must be at least this large.
 DEFAULT_MIN_CONTESTED = 100
 # Progress lines at most this often (a CPU step takes about a second, a GPU step minutes).

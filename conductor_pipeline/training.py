@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conductor_pipeline.paths import write_json_atomic
-from conductor_pipeline.workflow import PARSE_CODES, PARSE_OK
+from conductor_pipeline.workflow import PARSE_OK
 
 # --- the reward ------------------------------------------------------------------------------
 
@@ -88,6 +88,8 @@ REWARD_TABLE: dict[str, tuple[float, float, float]] = {
 }
 # Reward-kwargs TRL adds on top of the dataset columns; they are not part of a row.
 _TRL_REWARD_EXTRAS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
+# The paper trains a 7B conductor (1.5B fits one 24-48 GB GPU with colocated vLLM).
+PAPER_POLICY = "Qwen/Qwen2.5-7B-Instruct"
 REWARD_FUNC_NAME = "conductor_reward"  # TRL logs `rewards/<name>/mean` under this name
 
 
@@ -340,7 +342,7 @@ CPU_POLICY_LAYERS = 2
 class GRPOSettings:
     """Every GRPO knob of the conductor run; the defaults are the Conductor paper's."""
 
-    policy_model: str = field(default="Qwen/Qwen2.5-7B-Instruct", metadata=_help(
+    policy_model: str = field(default=PAPER_POLICY, metadata=_help(
         "Policy to train: a hub id / local path, or 'tiny' for the offline CPU model."))
     num_generations: int = field(default=64, metadata=_help(
         "Group size: rollouts sampled per question (paper 64). Small groups are more often all-equal."))
@@ -428,7 +430,7 @@ class GRPOSettings:
     @classmethod
     def gpu_profile(
         cls,
-        model: str = "Qwen/Qwen2.5-7B-Instruct",
+        model: str = PAPER_POLICY,
         *,
         vllm_mode: Literal["colocate", "server"] = "colocate",
         **overrides: Any,
@@ -780,8 +782,3 @@ def train_grpo(
         stopped_early=stop_flag["stopped"],
         group_size=settings.num_generations,
     )
-
-
-def known_parse_outcomes() -> tuple[str, ...]:
-    """Every key `drain_counts` can report: 'ok', each parse failure code, 'infrastructure'."""
-    return (PARSE_OK, *PARSE_CODES, "infrastructure")

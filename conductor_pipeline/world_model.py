@@ -43,8 +43,7 @@ from sklearn.model_selection import GroupShuffleSplit
 
 from conductor_pipeline.pools import WorkerSeat
 from conductor_pipeline.records import Question
-from conductor_pipeline.splits import split_of
-from conductor_pipeline.splits import train_split_rows
+from conductor_pipeline.splits import split_of, train_split_rows
 from conductor_pipeline.world_model_data import normalize_training_frame
 
 # --- knobs -------------------------------------------------------------------------------------
@@ -64,6 +63,8 @@ _NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 _LATEX_COMMAND_RE = re.compile(r"\\[a-zA-Z]+")
 # Features LightGBM treats as categories (integer codes from CategoryVocabulary).
 CATEGORICAL_FEATURES = ("worker", "family", "corpus", "subject")
+# Pruning: skip a question when W predicts every shown worker above HIGH (all solve) or below LOW.
+PRUNE_LOW, PRUNE_HIGH = 0.05, 0.95
 
 
 class WorldModelSettings(BaseModel):
@@ -759,8 +760,8 @@ def prune_zero_variance(
     questions: Sequence[Question],
     seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat],
     *,
-    low: float = 0.05,
-    high: float = 0.95,
+    low: float = PRUNE_LOW,
+    high: float = PRUNE_HIGH,
 ) -> tuple[list[Question], list[Question]]:
     """Split GRPO questions into (kept, skipped): skipped ones W predicts every worker solves
     (all P > high) or none solves (all P < low), so their rollout groups would likely carry zero

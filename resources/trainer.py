@@ -16,20 +16,20 @@ import dagster as dg
 from pydantic import Field
 
 from conductor_pipeline.gates import ZERO_VARIANCE_THRESHOLD
-from conductor_pipeline.synthetic import SyntheticStyle
 from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.synthetic import SyntheticStyle
 from conductor_pipeline.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.training import (
     CPU_POLICY_HIDDEN_SIZE,
     CPU_POLICY_LAYERS,
+    PAPER_POLICY,
     TINY_POLICY,
     GRPOSettings,
     SFTSettings,
 )
+from conductor_pipeline.world_model import PRUNE_HIGH, PRUNE_LOW
 
 DEFAULT_OUTPUT_ROOT = ARTIFACTS_DIR / "training"
-# The paper trains a 7B conductor; 1.5B fits a single 24-48 GB GPU with colocated vLLM.
-GPU_DEFAULT_POLICY = "Qwen/Qwen2.5-7B-Instruct"
 # Synthetic warm-start pairs: 160 steps x 8 see each 5 times; measured better than 960 pairs seen once.
 DEFAULT_SFT_EXAMPLES = 256
 # In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where the tiny
@@ -40,8 +40,6 @@ GPU_PROMPT_EXAMPLES = 4
 # lists-only style for the tiny CPU model (why: conductor_pipeline.synthetic's docstring).
 CPU_SYNTHETIC_STYLE: SyntheticStyle = "compact"
 GPU_SYNTHETIC_STYLE: SyntheticStyle = "paper"
-# World-model pruning: skip a question when W predicts every shown worker above HIGH or below LOW.
-PRUNE_LOW, PRUNE_HIGH = 0.05, 0.95
 # Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
 PRUNE_AUDIT_QUESTIONS = 8
 
@@ -52,7 +50,7 @@ class TrainerResource(dg.ConfigurableResource):
     profile: Literal["cpu", "gpu"] = Field("cpu", description="cpu: tiny offline policy (CI, laptops); gpu: Qwen2.5 + vLLM")
     output_root: str = Field(str(DEFAULT_OUTPUT_ROOT), description="Root folder of models, probe runs, gate verdicts and checkpoints")
     policy_model: str | None = Field(
-        None, description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, {GPU_DEFAULT_POLICY} on gpu"
+        None, description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, {PAPER_POLICY} on gpu"
     )
     reward_variant: Literal["paper", "strict"] = Field(
         "paper", description="paper: 0 unparseable / 0.5 parsed wrong / 1 correct; strict: 0 / 0 / 1"
@@ -128,7 +126,7 @@ class TrainerResource(dg.ConfigurableResource):
             if value is not None:
                 overrides[name] = value
         if self.profile == "gpu":
-            settings = GRPOSettings.gpu_profile(self.policy_model or GPU_DEFAULT_POLICY, vllm_mode=self.vllm_mode)
+            settings = GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode)
             if self.vllm_server_base_url:
                 overrides["vllm_server_base_url"] = self.vllm_server_base_url
         else:

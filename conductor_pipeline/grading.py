@@ -519,6 +519,14 @@ def is_equivalent(predicted: str | None, gold: str, *, timeout_s: float = DEFAUL
     Safe from any thread or process; the comparison is cut at ``timeout_s`` (the very first call
     in a process additionally waits for a math-verify worker to start, see ``warm_up``).
     """
+    settled = _settle(predicted, gold)
+    if isinstance(settled, bool):
+        return settled
+    return _cached_math_verify(*settled, float(timeout_s))
+
+
+def _settle(predicted: str | None, gold: str) -> bool | tuple[str, str]:
+    """The verdict when no math-verify call is needed, else the (answer, gold) pair it must verify."""
     if predicted is None:
         return False
     gold = normalize_gold(gold)
@@ -527,7 +535,7 @@ def is_equivalent(predicted: str | None, gold: str, *, timeout_s: float = DEFAUL
         return fast
     if len(predicted) > MAX_ANSWER_CHARS:
         return False
-    return _cached_math_verify(predicted.strip(), gold, float(timeout_s))
+    return predicted.strip(), gold
 
 
 # --- batch API ---------------------------------------------------------------------------------
@@ -572,19 +580,14 @@ def grade_many(
         for index, (response, gold) in enumerate(zip(responses, golds)):
             answer = extract_answer(response) if response else None
             extracted.append(answer)
-            if answer is None:
-                verdicts.append(False)
+            settled = _settle(answer, gold)
+            if isinstance(settled, bool):
+                verdicts.append(settled)
                 continue
-            gold = normalize_gold(gold)
-            fast = _fast_verdict(answer, gold)
-            if fast is None and len(answer) > MAX_ANSWER_CHARS:
-                fast = False
-            verdicts.append(fast)
-            if fast is None:
-                pair = (answer.strip(), gold)
-                if pair not in residue:
-                    residue[pair] = executor.submit(_cached_math_verify, *pair, float(timeout_s))
-                waiting.append((index, pair))
+            verdicts.append(None)
+            if settled not in residue:
+                residue[settled] = executor.submit(_cached_math_verify, *settled, float(timeout_s))
+            waiting.append((index, settled))
         for index, pair in waiting:
             verdicts[index] = residue[pair].result()
     return [Grade(extracted=answer, correct=bool(verdict)) for answer, verdict in zip(extracted, verdicts)]

@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from conductor_pipeline.pools import PoolConfig
+from conductor_pipeline.records import ChatMessage
 
 # A rate bucket holds at most this many seconds of its per-minute budget. Providers meter per
 # minute, so a full minute's allowance may go at once; the in-flight limits bound the burst anyway.
 BUCKET_BURST_S = 60.0
+# Rough characters per token of English/LaTeX text under BPE tokenizers: close enough for a rate
+# budget settled with the real usage afterwards, and for replay's usage estimates.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_call_tokens(messages: Iterable[ChatMessage], completion_budget: int) -> int:
+    """The tokens a call may use, guessed before it is made: prompt characters / 4 plus its budget."""
+    return sum(len(m.content) for m in messages) // CHARS_PER_TOKEN + completion_budget
 
 
 class TokenBucket:

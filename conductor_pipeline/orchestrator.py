@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from conductor_pipeline.backends.base import Worker
-from conductor_pipeline.governor import Governor
+from conductor_pipeline.governor import Governor, estimate_call_tokens
 from conductor_pipeline.grading import Grade, grade
 from conductor_pipeline.policies import ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.pools import PoolConfig, WorkerSeat
@@ -59,8 +59,6 @@ DEFAULT_MAX_DEPTH = 2
 # Rows are buffered and written in batches: one warehouse transaction per workflow would hold
 # the inter-process lock thousands of times per evaluation.
 DEFAULT_FLUSH_EVERY_ROWS = 2000
-# A rough characters-per-token ratio for the governor's token-rate estimate before a call.
-CHARS_PER_TOKEN = 4
 # How the original question is shown with a subtask when `include_question` is on.
 QUESTION_AND_SUBTASK_TEMPLATE = "Original question:\n{question}\n\nYour task:\n{subtask}"
 # Statuses that make a workflow an infrastructure failure instead of an answer.
@@ -400,8 +398,7 @@ class Orchestrator:
             question=question, messages=messages, sample=_sample_for(worker, sample),
             temperature=seat.temperature, max_tokens=seat.max_tokens,
         )
-        est_tokens = sum(len(m.content) for m in messages) // CHARS_PER_TOKEN + seat.max_tokens
-        async with self.governor.slot(seat.name, est_tokens) as lease:
+        async with self.governor.slot(seat.name, estimate_call_tokens(messages, seat.max_tokens)) as lease:
             result = await worker.call(request)
             if result.prompt_tokens is not None or result.completion_tokens is not None:
                 lease.report_tokens((result.prompt_tokens or 0) + (result.completion_tokens or 0))

@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 from conductor_pipeline.backends.base import Worker
+from conductor_pipeline.governor import Governor, estimate_call_tokens
 from conductor_pipeline.grading import grade_many
 from conductor_pipeline.pools import PoolConfig
 from conductor_pipeline.records import (
@@ -47,12 +47,6 @@ PROBE_SYSTEM_PROMPT = (
 )
 # Statuses whose calls are graded from their text (truncated text may still hold an answer).
 _GRADED_FROM_TEXT = (CallStatus.OK, CallStatus.TRUNCATED)
-
-
-class SlotGovernor(Protocol):
-    """What probing needs from conductor_pipeline.governor.Governor."""
-
-    def slot(self, worker: str, est_tokens: int = 0) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +205,8 @@ def grade_results(done: Sequence[_Done], *, pool: str, run_id: str, processes: i
     return records
 
 
-async def _call_one(worker: Worker, governor: SlotGovernor, planned: _Planned, request: CallRequest) -> CallResult:
-    est_tokens = sum(len(m.content) for m in request.messages) // 4 + EST_COMPLETION_TOKENS
-    async with governor.slot(planned.worker, est_tokens) as lease:
+async def _call_one(worker: Worker, governor: Governor, planned: _Planned, request: CallRequest) -> CallResult:
+    async with governor.slot(planned.worker, estimate_call_tokens(request.messages, EST_COMPLETION_TOKENS)) as lease:
         try:
             result = await worker.call(request)
         except Exception as exc:  # a backend bug must not lose the call: record it, unscored
@@ -223,7 +216,7 @@ async def _call_one(worker: Worker, governor: SlotGovernor, planned: _Planned, r
                 started_at=datetime.now(UTC),
             )
         used = (result.prompt_tokens or 0) + (result.completion_tokens or 0)
-        if used and lease is not None and hasattr(lease, "report_tokens"):
+        if used:
             lease.report_tokens(used)
     return result
 
@@ -238,7 +231,7 @@ async def run_probes(
     sample_offset: int = 0,
     temperature: float,
     run_id: str,
-    governor: SlotGovernor,
+    governor: Governor,
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_progress: Callable[[ProbeProgress], None] | None = None,
     only_recorded: bool = False,

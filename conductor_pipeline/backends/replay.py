@@ -27,11 +27,9 @@ from pathlib import Path
 import polars as pl
 
 from conductor_pipeline.pools import WorkerSeat
+from conductor_pipeline.governor import CHARS_PER_TOKEN
 from conductor_pipeline.records import CallRequest, CallResult, CallStatus
 
-# Rough chars-per-token of English/LaTeX text for BPE tokenizers; the recordings carry no usage
-# block, so token counts (and the cost derived from them) are marked as estimates.
-CHARS_PER_TOKEN = 4.0
 # RouterDC scored GSM8K test with lm-eval's `gsm8k-repeat10`: every score is k/10.
 ROUTERDC_SAMPLES = 10
 # Data-source keys of conductor_pipeline.sources for each replay source.
@@ -40,7 +38,8 @@ ZEROEVAL_BENCHMARKS = ("gsm", "math-l5")
 
 
 def estimate_tokens(text: str | None) -> int | None:
-    """Token count guessed from text length (None for no text)."""
+    """Token count guessed from text length (None for no text). The recordings carry no usage
+    block, so these counts (and the cost derived from them) are marked as estimates."""
     if text is None:
         return None
     return max(1, round(len(text) / CHARS_PER_TOKEN)) if text else 0

@@ -23,7 +23,6 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from conductor_pipeline.backends.factory import build_worker
 from conductor_pipeline.evaluation import (
     DEFAULT_SLICE_SIZE,
     ConductorArm,
@@ -46,7 +45,7 @@ from conductor_pipeline.evaluation import (
 from conductor_pipeline.governor import Governor
 from conductor_pipeline.orchestrator import Orchestrator
 from conductor_pipeline.pass_rates import pass_rate_table
-from conductor_pipeline.pools import PoolConfig, check_api_keys
+from conductor_pipeline.pools import PoolConfig
 from conductor_pipeline.probing import select_questions
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.routers import (
@@ -262,9 +261,9 @@ def eval_arms(
 ) -> dg.Output[EvalRunSummary]:
     """Every worker solo, best-single / random / oracle routers and each conductor on the eval slice."""
     pool_config = pool.load()
-    check_api_keys(pool_config)
     store = warehouse.get_warehouse()
-    workers = {s.name: build_worker(s, pool_config) for s in pool_config.workers if s.backend != "conductor"}
+    # Conductor seats (recursion) are answered by the orchestrator's conductor policy, not a Worker.
+    workers = pool.build_workers([s.name for s in pool_config.workers if s.backend != "conductor"])
     candidates, restricted = _eval_questions(store, config, workers)
     chosen = eval_slice([q.question_id for q in candidates], config.slice_size, order=config.order)
     by_id = {q.question_id: q for q in candidates}

@@ -142,8 +142,7 @@ def probe_calls(
     if config.new_samples:
         highest = store.query_file("max_probe_sample", {"pool": pool_config.name})["max_sample"][0]
         sample_offset = 0 if highest is None else int(highest) + 1
-    all_workers = pool.build_workers()
-    workers = {name: all_workers[name] for name in selected}
+    workers = pool.build_workers(selected)
     summary = _probe(store, pool_config, workers, config, sample_offset, context.run_id, context.log, pool)
     context.log.info(
         f"probe {pool_config.name}: wrote {summary.written} calls in {summary.elapsed_s:.1f}s "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 import dagster as dg
 from pydantic import Field
@@ -33,11 +34,12 @@ class PoolResource(dg.ConfigurableResource):
     def load(self) -> PoolConfig:
         return load_pool(self.pool)
 
-    def build_workers(self) -> dict[str, Worker]:
-        """One Worker per seat; fails before the first call when a seat's API-key variable is unset."""
+    def build_workers(self, names: Collection[str] | None = None) -> dict[str, Worker]:
+        """One Worker per seat (or per seat in `names`); fails before the first call when any seat's
+        API-key variable is unset."""
         pool = self.load()
         check_api_keys(pool)
-        return build_workers(pool)
+        return build_workers(pool, names)
 
     def governor(self) -> Governor:
         """A fresh governor for the pool (one per event loop: build it where it is used)."""

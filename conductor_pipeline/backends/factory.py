@@ -6,6 +6,7 @@ replay-only pool runs without an HTTP client configured and nothing breaks witho
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from conductor_pipeline.backends.base import Worker
@@ -27,12 +28,13 @@ def build_worker(seat: WorkerSeat, pool: PoolConfig, **kwargs: Any) -> Worker:
     if seat.backend == "conductor":
         raise NotImplementedError(
             f"pool {pool.name!r}, worker {seat.name!r}: a `conductor` seat (the conductor calling itself, "
-            "depth-capped recursion) is not built by the worker factory yet; remove the seat or use a "
-            "pool without one."
+            "depth-capped recursion) is not a Worker: the orchestrator answers it with its conductor "
+            "policy. Build workers for the other seats only (`names=`), or use a pool without one."
         )
     raise ValueError(f"pool {pool.name!r}, worker {seat.name!r}: unknown backend {seat.backend!r}")
 
 
-def build_workers(pool: PoolConfig, **kwargs: Any) -> dict[str, Worker]:
-    """One Worker per seat of the pool, keyed by worker name."""
-    return {seat.name: build_worker(seat, pool, **kwargs) for seat in pool.workers}
+def build_workers(pool: PoolConfig, names: Collection[str] | None = None, **kwargs: Any) -> dict[str, Worker]:
+    """One Worker per seat of the pool (or per seat in `names`), keyed by worker name."""
+    seats = pool.workers if names is None else [pool.seat(name) for name in names]
+    return {seat.name: build_worker(seat, pool, **kwargs) for seat in seats}

@@ -281,10 +281,18 @@ def baseline_predictions(
 # --- metrics -----------------------------------------------------------------------------------
 
 
-def expected_calibration_error(y: np.ndarray, p: np.ndarray, weights: np.ndarray | None = None) -> float:
-    """Weighted mean |observed - predicted| over equal-width probability bins."""
+def calibration_bins(p: np.ndarray) -> np.ndarray:
+    """The equal-width probability bin of each prediction (1.0 goes in the top bin)."""
+    return np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
+
+
+def expected_calibration_error(
+    y: np.ndarray, p: np.ndarray, weights: np.ndarray | None = None, *, bins: np.ndarray | None = None
+) -> float:
+    """Weighted mean |observed - predicted| over equal-width probability bins (`bins`: precomputed
+    `calibration_bins(p)`, for callers that score many weightings of the same predictions)."""
     weights = np.ones_like(p) if weights is None else weights
-    bins = np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
+    bins = calibration_bins(p) if bins is None else bins
     total = np.bincount(bins, weights, CALIBRATION_BINS)
     predicted = np.bincount(bins, weights * p, CALIBRATION_BINS)
     observed = np.bincount(bins, weights * y, CALIBRATION_BINS)
@@ -317,7 +325,7 @@ class _WeightedMetrics:
         self.row_brier = (p - y) ** 2
         _, self.score_rank = np.unique(p, return_inverse=True)  # ascending distinct scores
         self.n_scores = int(self.score_rank.max()) + 1
-        self.bins = np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
+        self.bins = calibration_bins(p)
 
     def __call__(self, weights: np.ndarray) -> list[float]:
         total = weights.sum()
@@ -330,12 +338,12 @@ class _WeightedMetrics:
             float(weights @ self.row_log_loss / total),
             float(weights @ self.row_brier / total),
             auc,
-            expected_calibration_error(self.y, self.p, weights),
+            expected_calibration_error(self.y, self.p, weights, bins=self.bins),
         ]
 
 
 def reliability_curve(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    bins = np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
+    bins = calibration_bins(p)
     count = np.bincount(bins, minlength=CALIBRATION_BINS).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.bincount(bins, p, CALIBRATION_BINS) / count
@@ -400,29 +408,28 @@ def _out_of_fold(
     groups: np.ndarray,
     n_folds: int,
     held_out_workers: bool,
-) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Out-of-fold predictions of W and the baselines for every row; W's cost predictions too."""
     n_groups = len(np.unique(groups))
     folds = GroupKFold(n_splits=min(n_folds, n_groups))
     predictions: dict[str, np.ndarray] = {}
-    fold_of_row = np.full(frame.height, -1)
     cost = np.full(frame.height, np.nan)
     model_settings = settings.model
     if held_out_workers:
         model_settings = model_settings.model_copy(
             update={"exclude_features": tuple(sorted({*model_settings.exclude_features, "worker"}))}
         )
-    for fold, (train_idx, test_idx) in enumerate(folds.split(np.zeros(frame.height), groups=groups)):
+    for train_idx, test_idx in folds.split(np.zeros(frame.height), groups=groups):
         train, test = frame[train_idx], frame[test_idx]
         model = WorldModel.fit(train, seats, model_settings)
-        fold_predictions = {W_NAME: model.predict_frame(test)}
+        features = model.features_for(test)  # built once for both boosters (text features are the cost)
+        fold_predictions = {W_NAME: model.success_booster.predict(features, num_threads=1)}
         if model.cost_booster is not None:
-            cost[test_idx] = np.maximum(model.cost_booster.predict(model.features_for(test)), 0.0)
+            cost[test_idx] = np.maximum(model.cost_booster.predict(features), 0.0)
         fold_predictions |= baseline_predictions(train, test, seats, settings.smoothing, held_out_workers=held_out_workers)
         for name, values in fold_predictions.items():
             predictions.setdefault(name, np.full(frame.height, np.nan))[test_idx] = values
-        fold_of_row[test_idx] = fold
-    return predictions, fold_of_row, cost
+    return predictions, cost
 
 
 def _split_report(
@@ -570,7 +577,7 @@ def evaluate_world_model(
     settings = settings or EvaluationSettings()
     frame = normalize_training_frame(frame).filter(pl.col("correct").is_not_null())
     question_groups = frame["question_id"].to_numpy()
-    predictions, _, cost = _out_of_fold(
+    predictions, cost = _out_of_fold(
         frame, seats, settings, groups=question_groups, n_folds=settings.question_folds, held_out_workers=False
     )
     splits = [
@@ -594,7 +601,7 @@ def evaluate_world_model(
             routing.append(report)
     if settings.held_out_workers and frame["worker"].n_unique() >= 2 * min(settings.worker_folds, 3):
         worker_groups = frame["worker"].to_numpy()
-        held_predictions, _, _ = _out_of_fold(
+        held_predictions, _ = _out_of_fold(
             frame, seats, settings, groups=worker_groups, n_folds=settings.worker_folds, held_out_workers=True
         )
         splits.append(

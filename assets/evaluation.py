@@ -61,7 +61,7 @@ from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model import WorldModel, WorldModelSettings, fit_on_train_split, prompt_predictor
 from conductor_pipeline.world_model_data import load_training_frame
-from assets.metadata import figure_png, png_markdown
+from assets.metadata import figure_png, latest_metadata, png_markdown
 from assets.probing import pass_rates
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
@@ -138,10 +138,7 @@ def _latest_metadata(instance: dg.DagsterInstance, asset: str, field: str) -> ob
     Read from the event log rather than as an asset dependency: evaluation must not wait for (or
     be blocked by) a training run that the gates may rightly refuse.
     """
-    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-    if event is None or event.asset_materialization is None:
-        return None
-    entry = event.asset_materialization.metadata.get(field)
+    entry = (latest_metadata(instance, asset) or {}).get(field)
     return None if entry is None else entry.value
 
 

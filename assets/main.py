@@ -38,11 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     import dagster as dg
 
     from assets.definitions import MAIN_JOBS, defs
-    from assets.probing import PROBE_PARTITIONS
+    from assets.probing import all_probe_partitions_tags
 
     instance = dg.DagsterInstance.get()
-    keys = PROBE_PARTITIONS.get_partition_keys()
-    all_partitions = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+    all_partitions = all_probe_partitions_tags()
     failed: list[str] = []
     gated: list[str] = []
     for job in MAIN_JOBS:
@@ -92,13 +91,12 @@ def is_blocking_check_failure(error) -> bool:
 
 
 def print_headlines(instance) -> None:
-    import dagster as dg
+    from assets.metadata import latest_metadata
 
     for asset, entries in HEADLINES:
-        event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-        if event is None or event.asset_materialization is None:
+        metadata = latest_metadata(instance, asset)
+        if metadata is None:
             continue
-        metadata = event.asset_materialization.metadata
         shown = [(name, metadata[name].value) for name in entries if name in metadata]
         if not shown:
             continue

@@ -1,7 +1,9 @@
-"""What every stage's metadata shares: plots the Dagster UI renders inline, as PNG data URIs."""
+"""What every stage's metadata shares: plots the Dagster UI renders inline, as PNG data URIs, and
+reading back what an asset's latest materialization published."""
 
 import base64
 import io
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -27,3 +29,11 @@ def png_markdown_text(png: bytes, alt: str) -> str:
 
 def png_markdown(png: bytes, alt: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(png_markdown_text(png, alt))
+
+
+def latest_metadata(instance: dg.DagsterInstance, asset: str) -> Mapping[str, dg.MetadataValue] | None:
+    """The metadata of an asset's latest materialization, or None (never materialized here)."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    if event is None or event.asset_materialization is None:
+        return None
+    return event.asset_materialization.metadata

@@ -343,11 +343,14 @@ reprobe_job = dg.define_asset_job(
     description="Daily: new samples for every worker so pass-rate intervals tighten",
 )
 def reprobe_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    return dg.RunRequest(tags=all_probe_partitions_tags())
+
+
+def all_probe_partitions_tags() -> dict[str, str]:
+    """Run tags for one run over every worker partition: the single-run backfill policy probes
+    all workers at once."""
     keys = PROBE_PARTITIONS.get_partition_keys()
-    # One run over the whole partition range: the single-run backfill policy probes all workers at once.
-    return dg.RunRequest(
-        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
-    )
+    return {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
 
 
 probing_automation_sensor = dg.AutomationConditionSensorDefinition(

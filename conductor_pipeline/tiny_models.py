@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from conductor_pipeline.sources import mirror_dir
+from conductor_pipeline.sources import data_source, mirror_dir
 
 # Bump when the build recipe changes, so cached builds with the old recipe are rebuilt.
 TINY_MODEL_RECIPE_VERSION = 3
@@ -81,11 +81,10 @@ def _corpus_questions(limit: int) -> list[str]:
     mirror = mirror_dir()
     if mirror is None:
         return list(_FALLBACK_QUESTIONS)
-    data_dir = mirror / "corpora"
-    sources = (("math500_test.jsonl", "problem"), ("gsm8k_train.jsonl", "question"))
+    sources = (("math500_test", "problem"), ("gsm8k_train", "question"))
     questions: list[str] = []
-    for file_name, field_name in sources:
-        path = data_dir / file_name
+    for key, field_name in sources:
+        path = mirror / data_source(key).path
         if not path.is_file():
             continue
         with path.open(encoding="utf-8") as handle:

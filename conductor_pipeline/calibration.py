@@ -83,7 +83,7 @@ def select_contested(
 ) -> ContestedSelection:
     """Choose the contested questions from per question x worker pass rates.
 
-    `pass_rates` has question_id, worker, samples, successes (pass_rate is derived if absent).
+    `pass_rates` has question_id, worker, samples, successes (pass_rate is derived from them).
     `first_samples` (question_id, worker, correct: each cell's lowest sample index) lets the
     result say how many questions a one-sample probe would have classified differently.
     Only questions every worker has a pass rate for are considered.

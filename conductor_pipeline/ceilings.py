@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import combinations
 
-import duckdb
 import numpy as np
 import polars as pl
 
-from conductor_pipeline.warehouse import Warehouse, load_sql
+from conductor_pipeline.warehouse import Warehouse, sql_row_over_frames
 
 # Sub-pools searched exhaustively up to this size (Coryphaeus compared pools of 2-3 workers).
 MAX_SUBPOOL_SIZE = 3
@@ -48,11 +47,7 @@ def oracle_ceiling(outcomes: pl.DataFrame, workers: Sequence[str] | None = None)
     frame = outcomes.select("question_id", "worker", "correct")
     if workers is not None:
         frame = frame.filter(pl.col("worker").is_in(list(workers)))
-    with duckdb.connect() as con:
-        con.register("outcomes", frame.to_arrow())
-        row = con.execute(load_sql("oracle_ceiling")).fetchone()
-        names = [d[0] for d in con.description]
-    return dict(zip(names, row, strict=True))
+    return sql_row_over_frames("oracle_ceiling", outcomes=frame)
 
 
 def _matrices(outcomes: pl.DataFrame, workers: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-import duckdb
 import polars as pl
 from tabulate import tabulate
 
@@ -32,7 +31,7 @@ from conductor_pipeline.prompt import build_conductor_prompt
 from conductor_pipeline.records import Question, WorkflowRecord, stable_id
 from conductor_pipeline.stats import wilson_interval
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
-from conductor_pipeline.warehouse import load_sql
+from conductor_pipeline.warehouse import sql_row_over_frames
 from conductor_pipeline.workflow import Workflow
 
 DEFAULT_SLICE_SIZE = 400  # the issue's default: first 400 eval-split questions of the corpus
@@ -436,17 +435,11 @@ def decompose_gap(outcomes: pl.DataFrame, conductor_outcomes: pl.DataFrame) -> d
     In-memory DuckDB: the relation names are the SQL's contract, and the warehouse's own
     `outcomes` view (probe majorities) must not shadow the eval arms' solo outcomes.
     """
-    con = duckdb.connect()
-    try:
-        con.register("outcomes", outcomes.select("question_id", "worker", "correct").to_arrow())
-        con.register(
-            "conductor_outcomes",
-            conductor_outcomes.select("question_id", "parse_code", "correct", "workers").to_arrow(),
-        )
-        result = con.execute(load_sql("conductor_decomposition")).pl()
-    finally:
-        con.close()
-    return result.row(0, named=True)
+    return sql_row_over_frames(
+        "conductor_decomposition",
+        outcomes=outcomes.select("question_id", "worker", "correct"),
+        conductor_outcomes=conductor_outcomes.select("question_id", "parse_code", "correct", "workers"),
+    )
 
 
 def decomposition_inputs(

@@ -100,6 +100,15 @@ class Warehouse:
         return self.query(load_sql(name), params)
 
 
+def sql_row_over_frames(name: str, **relations: pl.DataFrame) -> dict[str, Any]:
+    """The one row `sql/<name>.sql` returns over in-memory frames registered under the names its
+    contract reads (no warehouse: its own views, e.g. `outcomes`, must not shadow them)."""
+    with duckdb.connect() as con:
+        for relation, frame in relations.items():
+            con.register(relation, frame.to_arrow())
+        return con.execute(load_sql(name)).pl().row(0, named=True)
+
+
 def _to_arrow(rows: Iterable[Any] | pl.DataFrame | pa.Table) -> pa.Table:
     if isinstance(rows, pa.Table):
         return rows

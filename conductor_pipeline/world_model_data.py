@@ -13,12 +13,12 @@ so the model can be developed and benchmarked before probing has filled the ware
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 
+from conductor_pipeline.backends.replay import ZEROEVAL_QUESTION_ID, only_output
 from conductor_pipeline.pools import WorkerSeat
 from conductor_pipeline.warehouse import Warehouse, load_sql
 
@@ -72,11 +72,7 @@ def replay_training_frame(
     raw = pl.read_parquet(
         telemetry_path,
         columns=["benchmark", "model_file", "math_unique_id", "gsm8k_test_index", "output", "ze_matched"],
-    ).with_columns(
-        question_id=pl.when(pl.col("benchmark") == "gsm")
-        .then(pl.lit("gsm8k:test:") + pl.col("gsm8k_test_index").cast(pl.String))
-        .otherwise(pl.col("math_unique_id"))
-    )
+    ).with_columns(ZEROEVAL_QUESTION_ID)
     if seats is not None:
         seat_of_model = {seat.model: name for name, seat in seats.items() if seat.replay_source == "zeroeval"}
         raw = raw.filter(pl.col("model_file").is_in(list(seat_of_model))).with_columns(
@@ -89,7 +85,7 @@ def replay_training_frame(
     if labels == "grader":
         from conductor_pipeline.grading import grade_many  # noqa: PLC0415 (heavy: math-verify workers)
 
-        responses = [json.loads(text)[0] for text in raw["output"]]
+        responses = [only_output(text) for text in raw["output"]]
         grades = grade_many(responses, [q.answer for q in ordered], processes=grade_processes)  # type: ignore[attr-defined]
         correct = pl.Series("correct", [g.correct for g in grades], dtype=pl.Boolean)
     elif labels == "ze_matched":

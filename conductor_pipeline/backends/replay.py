@@ -53,6 +53,15 @@ def _resolve(source: str, explicit: str | Path | None) -> Path:
     return Path(resolve_data_file(SOURCE_KEYS[source]))
 
 
+# The recording's question key: GSM8K rows carry a test-split line index, MATH rows a unique_id.
+ZEROEVAL_QUESTION_ID = (
+    pl.when(pl.col("benchmark") == "gsm")
+    .then(pl.lit("gsm8k:test:") + pl.col("gsm8k_test_index").cast(pl.String))
+    .otherwise(pl.col("math_unique_id"))
+    .alias("question_id")
+)
+
+
 @cache
 def _zeroeval_frame(path: Path) -> pl.DataFrame:
     """Every recorded (benchmark, model_file, ze_model_name, question_id, output) row, read once."""
@@ -62,10 +71,7 @@ def _zeroeval_frame(path: Path) -> pl.DataFrame:
         "benchmark",
         "model_file",
         "ze_model_name",
-        pl.when(pl.col("benchmark") == "gsm")
-        .then(pl.lit("gsm8k:test:") + pl.col("gsm8k_test_index").cast(pl.String))
-        .otherwise(pl.col("math_unique_id"))
-        .alias("question_id"),
+        ZEROEVAL_QUESTION_ID,
         "output",
     )
 
@@ -86,7 +92,7 @@ def zeroeval_responses(model: str, path: Path) -> dict[str, str]:
             hit = rows.filter(pl.col("ze_model_name") == model)
         parts.append(hit)
     matched = pl.concat(parts)
-    return {qid: _only_output(out) for qid, out in zip(matched["question_id"], matched["output"], strict=True)}
+    return {qid: only_output(out) for qid, out in zip(matched["question_id"], matched["output"], strict=True)}
 
 
 def zeroeval_models(path: str | Path | None = None) -> pl.DataFrame:
@@ -101,7 +107,7 @@ def zeroeval_models(path: str | Path | None = None) -> pl.DataFrame:
     )
 
 
-def _only_output(raw: str) -> str:
+def only_output(raw: str) -> str:
     """`output` is a JSON list holding the one response text."""
     items = json.loads(raw)
     if not isinstance(items, list) or len(items) != 1:

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 import dagster as dg
 from tabulate import tabulate
 
-from conductor_pipeline.corpora import load_all_questions, load_gsm8k, load_math500, load_math_full
+from conductor_pipeline.corpora.loaders import load_all_questions, load_gsm8k, load_math500, load_math_full
+from conductor_pipeline.corpora.sources import data_source, resolve_data_file, sha256_of
 from conductor_pipeline.records import Question
-from conductor_pipeline.sources import data_source, resolve_data_file, sha256_of
 from conductor_pipeline.splits import split_fingerprint, split_ids
 from resources.warehouse import WarehouseResource
 

@@ -19,36 +19,16 @@ import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
+
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from conductor_pipeline.evaluation import (
-    DEFAULT_SLICE_SIZE,
-    ConductorArm,
-    EvalRunSummary,
-    RouterArm,
-    SoloArm,
-    arm_table,
-    common_questions,
-    decompose_gap,
-    decomposition_inputs,
-    eval_slice,
-    find_leaks,
-    markdown_table,
-    parse_code_histogram,
-    routing_value,
-    run_arm,
-    running_gap,
-    worker_usage,
-)
-from conductor_pipeline.governor import Governor
-from conductor_pipeline.orchestrator import Orchestrator
-from conductor_pipeline.pass_rates import pass_rate_table
-from conductor_pipeline.pools import PoolConfig
-from conductor_pipeline.probing import select_questions
-from conductor_pipeline.records import Question, stable_id
-from conductor_pipeline.routers import (
+from assets.metadata import figure_png, latest_metadata, png_markdown
+from assets.probing import pass_rates
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.evaluation.arms import ConductorArm, EvalRunSummary, RouterArm, SoloArm, run_arm
+from conductor_pipeline.evaluation.routers import (
     BestSingleChoice,
     BestSingleRouter,
     OracleRouter,
@@ -57,12 +37,29 @@ from conductor_pipeline.routers import (
     choose_best_single,
     solo_verdicts,
 )
+from conductor_pipeline.evaluation.slices import DEFAULT_SLICE_SIZE, eval_slice, find_leaks
+from conductor_pipeline.evaluation.tables import (
+    arm_table,
+    common_questions,
+    decompose_gap,
+    decomposition_inputs,
+    markdown_table,
+    parse_code_histogram,
+    routing_value,
+    running_gap,
+    worker_usage,
+)
+from conductor_pipeline.pools.config import PoolConfig
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.probing.pass_rates import pass_rate_table
+from conductor_pipeline.probing.runner import select_questions
+from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model import WorldModel, WorldModelSettings, fit_on_train_split, prompt_predictor
-from conductor_pipeline.world_model_data import load_training_frame
-from assets.metadata import figure_png, latest_metadata, png_markdown
-from assets.probing import pass_rates
+from conductor_pipeline.world_model.data import load_training_frame
+from conductor_pipeline.world_model.features import WorldModelSettings
+from conductor_pipeline.world_model.hooks import prompt_predictor
+from conductor_pipeline.world_model.model import WorldModel, fit_on_train_split
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource

@@ -21,11 +21,11 @@ from pydantic import Field
 from tabulate import tabulate
 
 from assets.metadata import figure_png, png_markdown
-from conductor_pipeline.backends.base import Worker
-from conductor_pipeline.ceilings import pool_ceilings
-from conductor_pipeline.pass_rates import pass_rate_table, worker_summary
-from conductor_pipeline.pools import PoolConfig, load_pool
-from conductor_pipeline.probing import ProbeProgress, ProbeSummary, run_probes, select_questions
+from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.config import PoolConfig, load_pool
+from conductor_pipeline.probing.ceilings import pool_ceilings
+from conductor_pipeline.probing.pass_rates import pass_rate_table, worker_summary
+from conductor_pipeline.probing.runner import ProbeProgress, ProbeSummary, run_probes, select_questions
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource, default_pool_name
 from resources.warehouse import WarehouseResource

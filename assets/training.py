@@ -35,30 +35,9 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import figure_png, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
-from conductor_pipeline.backends.base import Worker
-from conductor_pipeline.calibration import (
-    BAND_HIGH,
-    BAND_LOW,
-    ContestedRule,
-    pass_rate_histogram,
-    routing_anchors,
-    select_contested,
-)
-from conductor_pipeline.gates import (
-    GateClosedError,
-    GateVerdict,
-    evaluate_zero_variance,
-    read_verdict,
-    require_open,
-    write_verdict,
-)
-from conductor_pipeline.governor import Governor
-from conductor_pipeline.orchestrator import Orchestrator
-from conductor_pipeline.pass_rates import pass_rate_table
-from conductor_pipeline.policies import HFLocalPolicy
-from conductor_pipeline.paths import write_json_atomic
-from conductor_pipeline.pools import PoolConfig
-from conductor_pipeline.prompt import (
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.conductor.policies import HFLocalPolicy
+from conductor_pipeline.conductor.prompt import (
     CatalogueEntry,
     PromptExample,
     build_conductor_prompt,
@@ -66,25 +45,39 @@ from conductor_pipeline.prompt import (
     default_examples,
     displayed_worker_names,
 )
+from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.config import PoolConfig
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.probing.calibration import (
+    BAND_HIGH,
+    BAND_LOW,
+    ContestedRule,
+    pass_rate_histogram,
+    routing_anchors,
+    select_contested,
+)
+from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint, split_of, train_split_rows
-from conductor_pipeline.synthetic import warm_start_pairs
-from conductor_pipeline.training import (
-    SFT_LOG_HISTORY,
-    GRPOSettings,
-    RolloutVerdict,
-    TrainingOutcome,
-    _checkpoint_step,
-    _last_checkpoint,
-    conductor_prompt_rows,
-    make_conductor_reward,
-    reward_for,
-    train_grpo,
-    warm_start_sft,
+from conductor_pipeline.training.gates import (
+    GateClosedError,
+    GateVerdict,
+    evaluate_zero_variance,
+    read_verdict,
+    require_open,
+    write_verdict,
 )
+from conductor_pipeline.training.grpo import TrainingOutcome, _checkpoint_step, _last_checkpoint, train_grpo
+from conductor_pipeline.training.reward import RolloutVerdict, make_conductor_reward, reward_for
+from conductor_pipeline.training.rollouts import conductor_prompt_rows
+from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.training.sft import SFT_LOG_HISTORY, warm_start_sft
+from conductor_pipeline.training.synthetic import warm_start_pairs
 from conductor_pipeline.warehouse import Warehouse, load_sql
 from conductor_pipeline.workflow import PARSE_OK, parse_code
-from conductor_pipeline.world_model import WorldModel, audit_pruning, prompt_predictor, prune_zero_variance
+from conductor_pipeline.world_model.hooks import audit_pruning, prompt_predictor, prune_zero_variance
+from conductor_pipeline.world_model.model import WorldModel
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource

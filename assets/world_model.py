@@ -18,9 +18,10 @@ from pydantic import Field
 
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
-from conductor_pipeline.world_model import WorldModel, WorldModelSettings
-from conductor_pipeline.world_model_data import load_training_frame
-from conductor_pipeline.world_model_eval import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.world_model.data import load_training_frame
+from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.world_model.features import WorldModelSettings
+from conductor_pipeline.world_model.model import WorldModel
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 

@@ -30,10 +30,10 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from conductor_pipeline.backends.openai_compat import OpenAICompatWorker, shared_http_client
 from conductor_pipeline.fakes import FaultServer
-from conductor_pipeline.governor import Governor
-from conductor_pipeline.pools import RetryConfig, WorkerSeat
+from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, shared_http_client
+from conductor_pipeline.pools.config import RetryConfig, WorkerSeat
+from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import CallRequest, CallStatus, ChatMessage, Question
 
 MODEL = "bench-model"

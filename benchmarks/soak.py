@@ -29,13 +29,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from conductor_pipeline.backends.factory import build_workers  # noqa: E402
-from conductor_pipeline.backends.openai_compat import shared_http_client  # noqa: E402
+from conductor_pipeline.conductor.orchestrator import Orchestrator  # noqa: E402
 from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer  # noqa: E402
-from conductor_pipeline.governor import Governor  # noqa: E402
-from conductor_pipeline.orchestrator import Orchestrator  # noqa: E402
-from conductor_pipeline.pools import PoolConfig, load_pool  # noqa: E402
-from conductor_pipeline.probing import probe_call_id, run_probes  # noqa: E402
+from conductor_pipeline.pools.backends.openai_compat import shared_http_client  # noqa: E402
+from conductor_pipeline.pools.backends.registry import build_workers  # noqa: E402
+from conductor_pipeline.pools.config import PoolConfig, load_pool  # noqa: E402
+from conductor_pipeline.pools.governor import Governor  # noqa: E402
+from conductor_pipeline.probing.runner import probe_call_id, run_probes  # noqa: E402
 from conductor_pipeline.records import CallRequest, CallResult, CallStatus, Question  # noqa: E402
 from conductor_pipeline.warehouse import Warehouse  # noqa: E402
 from conductor_pipeline.workflow import Step, Workflow, render_workflow  # noqa: E402

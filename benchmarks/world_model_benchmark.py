@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from conductor_pipeline.corpora import load_gsm8k, load_math_full
-from conductor_pipeline.sources import resolve_data_file
-from conductor_pipeline.pools import load_pool
-from conductor_pipeline.world_model import WorldModel, WorldModelSettings
-from conductor_pipeline.world_model_data import replay_training_frame
-from conductor_pipeline.world_model_eval import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.corpora.loaders import load_gsm8k, load_math_full
+from conductor_pipeline.corpora.sources import resolve_data_file
+from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.world_model.data import replay_training_frame
+from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.world_model.features import WorldModelSettings
+from conductor_pipeline.world_model.model import WorldModel
 
 TELEMETRY = resolve_data_file("zeroeval_outputs")  # the registry's file, sha256-checked
 RESULTS = Path(__file__).with_name("RESULTS-world-model.md")

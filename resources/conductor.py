@@ -8,10 +8,10 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
+from conductor_pipeline.conductor.policies import ConductorPolicy, HFLocalPolicy, OpenAIEndpointPolicy
+from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
 from conductor_pipeline.paths import ARTIFACTS_DIR
-from conductor_pipeline.policies import ConductorPolicy, HFLocalPolicy, OpenAIEndpointPolicy
-from conductor_pipeline.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
-from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
 # Where the tiny offline policy is built when no checkpoint is configured: the CPU profile's
 # conductor. It has random weights, so it is the honest weak arm, not a result.

@@ -8,10 +8,10 @@ from collections.abc import Collection
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.backends.base import Worker
-from conductor_pipeline.backends.factory import build_workers
-from conductor_pipeline.governor import Governor
-from conductor_pipeline.pools import PoolConfig, check_api_keys, load_pool
+from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.backends.registry import build_workers
+from conductor_pipeline.pools.config import PoolConfig, check_api_keys, load_pool
+from conductor_pipeline.pools.governor import Governor
 
 POOL_ENV = "CORYPHAEUS_POOL"
 # The embedded default: recorded answers, so the whole graph runs on a laptop CPU at no cost.

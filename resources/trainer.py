@@ -15,11 +15,9 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.gates import ZERO_VARIANCE_THRESHOLD
 from conductor_pipeline.paths import ARTIFACTS_DIR
-from conductor_pipeline.synthetic import SyntheticStyle
-from conductor_pipeline.tiny_models import build_tiny_causal_lm
-from conductor_pipeline.training import (
+from conductor_pipeline.training.gates import ZERO_VARIANCE_THRESHOLD
+from conductor_pipeline.training.settings import (
     CPU_POLICY_HIDDEN_SIZE,
     CPU_POLICY_LAYERS,
     PAPER_POLICY,
@@ -27,7 +25,9 @@ from conductor_pipeline.training import (
     GRPOSettings,
     SFTSettings,
 )
-from conductor_pipeline.world_model import PRUNE_HIGH, PRUNE_LOW
+from conductor_pipeline.training.synthetic import SyntheticStyle
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.world_model.hooks import PRUNE_HIGH, PRUNE_LOW
 
 DEFAULT_OUTPUT_ROOT = ARTIFACTS_DIR / "training"
 # Synthetic warm-start pairs: 160 steps x 8 see each 5 times; measured better than 960 pairs seen once.

@@ -15,7 +15,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from conductor_pipeline.pools import PoolConfig, load_pool
+from conductor_pipeline.pools.config import PoolConfig, load_pool
 
 
 class VllmLauncherResource(ConfigurableResource):
@@ -32,7 +32,7 @@ class VllmLauncherResource(ConfigurableResource):
     @contextmanager
     def launch(self) -> Iterator[PoolConfig]:
         """Serve the pool's vLLM seats for the duration of the block; yields the rewritten pool."""
-        from conductor_pipeline.backends.vllm_server import VllmPool, VllmServer
+        from conductor_pipeline.pools.backends.vllm_server import VllmPool, VllmServer
 
         pool = load_pool(self.pool)
         log_dir = Path(self.log_dir) if self.log_dir else None

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from conductor_pipeline.backends.replay import SOURCE_KEYS, routerdc_models, zeroeval_models, zeroeval_responses
+from conductor_pipeline.corpora.sources import resolve_data_file
 from conductor_pipeline.paths import POOLS_DIR
-from conductor_pipeline.sources import resolve_data_file
+from conductor_pipeline.pools.backends.replay import SOURCE_KEYS, routerdc_models, zeroeval_models, zeroeval_responses
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,12 @@ def _copy_source(source: Path, workdir: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from conductor_pipeline.training import CPU_POLICY_HIDDEN_SIZE, CPU_POLICY_LAYERS, GRPOSettings, SFTSettings
+    from conductor_pipeline.training.settings import (
+        CPU_POLICY_HIDDEN_SIZE,
+        CPU_POLICY_LAYERS,
+        GRPOSettings,
+        SFTSettings,
+    )
 
     cpu, sft = GRPOSettings.cpu_profile(), SFTSettings.cpu_profile()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         pass_rates,
         warm_start_policy,
     )
-    from conductor_pipeline.tiny_models import build_tiny_causal_lm
+    from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
     from resources.pool import PoolResource
     from resources.trainer import DEFAULT_SFT_EXAMPLES, TrainerResource
     from resources.warehouse import WarehouseResource

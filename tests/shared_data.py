@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conductor_pipeline.corpora.sources import CACHE_DIR_ENV, DATA_DIR_ENV, load_registry
 from conductor_pipeline.paths import PROJECT_ROOT
-from conductor_pipeline.sources import CACHE_DIR_ENV, DATA_DIR_ENV, load_registry
 
 SHARED_DATA_DIR = Path(os.environ.get(DATA_DIR_ENV, PROJECT_ROOT.parent / "shared" / "data"))
 

@@ -11,7 +11,7 @@ import os
 from dagster import AssetsDefinition, Definitions, asset, define_asset_job, multiprocess_executor
 
 from resources.warehouse import WarehouseResource
-from tests.conductor_pipeline.test_warehouse import make_call
+from tests.builders import make_call
 
 ROWS_PER_WRITER = 300
 BATCH = 10

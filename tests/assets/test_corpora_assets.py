@@ -5,8 +5,8 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.corpora import gsm8k_corpus, math500_corpus, math_corpus, questions, subject_level_table
+from conductor_pipeline.corpora.sources import load_registry
 from conductor_pipeline.records import Question
-from conductor_pipeline.sources import load_registry
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.warehouse import Warehouse
 from resources.warehouse import WarehouseResource

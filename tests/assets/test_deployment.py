@@ -101,7 +101,7 @@ def test_profile_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cluster_pool_file_points_every_seat_at_an_in_cluster_openai_endpoint() -> None:
     from conductor_pipeline.paths import PROJECT_ROOT
-    from conductor_pipeline.pools import load_pool
+    from conductor_pipeline.pools.config import load_pool
 
     pool = load_pool(PROJECT_ROOT / "deploy" / "k8s" / "pool-qwen-k8s.yaml")
     for seat in pool.workers:

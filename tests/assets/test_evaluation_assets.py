@@ -12,17 +12,17 @@ import dagster as dg
 import pytest
 
 from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak
-from conductor_pipeline.backends.factory import build_workers
-from conductor_pipeline.corpora import load_math_full
-from conductor_pipeline.evaluation import EvalRunSummary
-from conductor_pipeline.governor import Governor
-from conductor_pipeline.pools import load_pool
-from conductor_pipeline.probing import run_probes
+from conductor_pipeline.corpora.loaders import load_math_full
+from conductor_pipeline.evaluation.arms import EvalRunSummary
+from conductor_pipeline.pools.backends.registry import build_workers
+from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.probing.runner import run_probes
 from conductor_pipeline.records import CallRecord
 from conductor_pipeline.splits import split_of
-from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model import WorldModel
+from conductor_pipeline.world_model.model import WorldModel
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource

@@ -15,7 +15,7 @@ from assets.probing import (
     PROBING_SENSORS,
     reprobe_schedule,
 )
-from conductor_pipeline.corpora import load_gsm8k, load_math_full
+from conductor_pipeline.corpora.loaders import load_gsm8k, load_math_full
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource

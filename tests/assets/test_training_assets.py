@@ -16,10 +16,10 @@ import dagster as dg
 import pytest
 
 from assets.training import (
-    PoolExecutor,
     TRAINING_ASSETS,
     TRAINING_CHECKS,
     TRAINING_JOBS,
+    PoolExecutor,
     _bonus_predictor,
     conductor_checkpoint,
     contested_set,
@@ -27,16 +27,16 @@ from assets.training import (
     pass_rates,
     read_contested_manifest,
 )
-from conductor_pipeline.corpora import load_gsm8k
-from conductor_pipeline.gates import (
+from conductor_pipeline.corpora.loaders import load_gsm8k
+from conductor_pipeline.splits import split_of
+from conductor_pipeline.training.gates import (
     GateClosedError,
     evaluate_zero_variance,
     read_verdict,
     require_open,
     write_verdict,
 )
-from conductor_pipeline.splits import split_of
-from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource

@@ -10,17 +10,17 @@ import yaml
 
 from assets.world_model import BEATS_MARGINAL_CHECK, WORLD_MODEL_ASSETS
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model import WorldModel
+from conductor_pipeline.world_model.model import WorldModel
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
-from tests.conductor_pipeline.test_world_model import _frame, _questions, _seats, _specialist_skill
+from tests.builders import specialist_skill, synthetic_frame, synthetic_questions, synthetic_seats
 
 FAST_CONFIG = {"num_threads": 1, "text_components": 8, "question_folds": 3, "worker_folds": 3, "n_bootstrap": 40}
 
 
 def _fill(tmp_path: Path) -> tuple[Path, Path]:
-    questions = _questions(360, seed=21)
-    frame = _frame(questions, _specialist_skill, seed=22)
+    questions = synthetic_questions(360, seed=21)
+    frame = synthetic_frame(questions, specialist_skill, seed=22)
     path = tmp_path / "warehouse.duckdb"
     store = Warehouse(path)
     store.insert("questions", questions)
@@ -39,7 +39,7 @@ def _fill(tmp_path: Path) -> tuple[Path, Path]:
     unscored = calls.head(20).with_columns(call_id=pl.col("call_id") + "|t", correct=pl.lit(None, dtype=pl.Boolean), status=pl.lit("transient"))
     store.insert("calls", pl.concat([calls, unscored]))
     pool_file = tmp_path / "synthetic.yaml"
-    seats = [seat.model_dump(exclude_none=True, exclude={"vllm"}) for seat in _seats().values()]
+    seats = [seat.model_dump(exclude_none=True, exclude={"vllm"}) for seat in synthetic_seats().values()]
     pool_file.write_text(yaml.safe_dump({"name": "synthetic", "workers": seats}))
     return path, pool_file
 
@@ -56,7 +56,7 @@ def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None
     assert fitted["rows"] == 360 * 6  # the 20 transient calls are not training rows
     assert fitted["cost_model"].startswith("not trained")
     model = WorldModel.load(fitted["model_path"])
-    assert model.predict_success(_questions(2, seed=23), list(_seats())).shape == (2, 6)
+    assert model.predict_success(synthetic_questions(2, seed=23), list(synthetic_seats())).shape == (2, 6)
 
     report = {k: v.value for k, v in result.asset_materializations_for_node("world_model_report")[0].metadata.items()}
     assert "BEATS worker_marginal" in report["verdict"]

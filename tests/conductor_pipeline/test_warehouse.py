@@ -13,30 +13,9 @@ import duckdb
 import pytest
 
 from conductor_pipeline.paths import PROJECT_ROOT
-from conductor_pipeline.records import CallRecord, Question
+from conductor_pipeline.records import Question
 from conductor_pipeline.warehouse import Warehouse, load_sql
-
-
-def make_call(i: int, *, worker: str = "w", correct: bool | None = True, kind: str = "probe") -> CallRecord:
-    return CallRecord(
-        call_id=f"c{i}-{worker}",
-        run_id="run",
-        kind=kind,
-        question_id=f"q{i % 7}",
-        worker=worker,
-        sample=i,
-        subtask=None,
-        response="\\boxed{1}",
-        extracted_answer="1",
-        correct=correct,
-        status="ok" if correct is not None else "transient",
-        error=None,
-        prompt_tokens=10,
-        completion_tokens=5,
-        cost_usd=0.0,
-        latency_s=0.1,
-        started_at=datetime(2026, 1, 1),
-    )
+from tests.builders import make_call
 
 
 def test_schema_has_the_contract_relations(tmp_path):
@@ -78,7 +57,7 @@ import sys
 from dataclasses import replace
 from datetime import UTC, datetime
 from conductor_pipeline.warehouse import Warehouse
-from tests.conductor_pipeline.test_warehouse import make_call
+from tests.builders import make_call
 wh = Warehouse(sys.argv[1])
 wh.insert("calls", [replace(make_call(1), started_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC)), make_call(2)])
 """

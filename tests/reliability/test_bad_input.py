@@ -14,10 +14,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conductor_pipeline.backends.factory import build_workers
-from conductor_pipeline.corpora import CorpusFormatError, load_gsm8k, read_gsm8k, read_math500, read_math_full
-from conductor_pipeline.pools import MissingApiKeyError, PoolConfigError, check_api_keys, load_pool
-from conductor_pipeline.sources import CACHE_DIR_ENV, DATA_DIR_ENV, DataIntegrityError, load_registry
+from conductor_pipeline.corpora.loaders import CorpusFormatError, load_gsm8k, read_gsm8k, read_math500, read_math_full
+from conductor_pipeline.corpora.sources import CACHE_DIR_ENV, DATA_DIR_ENV, DataIntegrityError, load_registry
+from conductor_pipeline.pools.backends.registry import build_workers
+from conductor_pipeline.pools.config import MissingApiKeyError, PoolConfigError, check_api_keys, load_pool
 from resources.pool import PoolResource
 
 GOOD_MATH500 = {"unique_id": "test/algebra/1.json", "problem": "1+1?", "answer": "2", "subject": "Algebra", "level": 1}

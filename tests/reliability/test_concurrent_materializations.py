@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.soak import synthetic_questions, write_pool_file
 from conductor_pipeline.fakes import FaultServer
-from conductor_pipeline.probing import probe_call_id
+from conductor_pipeline.probing.runner import probe_call_id
 from conductor_pipeline.warehouse import Warehouse
 from tests.reliability.dagster_cli import CLI_TIMEOUT_S, dagster_env, start_materialize
 from tests.shared_data import require_shared_data

@@ -30,13 +30,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.soak import synthetic_questions, write_pool_file
-from conductor_pipeline.backends.factory import build_workers
 from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
-from conductor_pipeline.governor import Governor
 from conductor_pipeline.paths import PROJECT_ROOT
-from conductor_pipeline.pools import load_pool
-from conductor_pipeline.probing import run_probes
-from conductor_pipeline.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.pools.backends.registry import build_workers
+from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.probing.runner import run_probes
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from tests.reliability.dagster_cli import CLI_TIMEOUT_S, dagster_env, start_materialize
 
@@ -169,7 +169,7 @@ def simulate_kill_mid_save(out_dir: Path, complete_step: int) -> Path:
 
 
 def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path: Path) -> None:
-    from conductor_pipeline.training import _last_checkpoint  # noqa: PLC0415 (the function train_grpo resumes with)
+    from conductor_pipeline.training.grpo import _last_checkpoint
 
     complete = tmp_path / "checkpoint-2"
     complete.mkdir()

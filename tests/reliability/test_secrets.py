@@ -162,8 +162,8 @@ def test_fault_server_binds_loopback_by_default() -> None:
 
 
 def test_vllm_launcher_binds_loopback_by_default() -> None:
-    from conductor_pipeline.backends.vllm_server import VllmServer  # noqa: PLC0415
-    from conductor_pipeline.pools import WorkerSeat  # noqa: PLC0415
+    from conductor_pipeline.pools.backends.vllm_server import VllmServer  # noqa: PLC0415
+    from conductor_pipeline.pools.config import WorkerSeat  # noqa: PLC0415
     from resources.vllm import VllmLauncherResource  # noqa: PLC0415
 
     seat = WorkerSeat(name="q4", backend="vllm", model="Qwen/Qwen2.5-3B-Instruct", description="local seat")

@@ -11,13 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conductor_pipeline.training import (
-    GRPOSettings,
-    RolloutVerdict,
-    conductor_prompt_rows,
-    make_conductor_reward,
-    train_grpo,
-)
+from conductor_pipeline.training.grpo import train_grpo
+from conductor_pipeline.training.reward import RolloutVerdict, make_conductor_reward
+from conductor_pipeline.training.rollouts import conductor_prompt_rows
+from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.workflow import parse_code
 
 WORKERS = ["qwen-small", "llama-mid", "mistral-big"]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import resources.conductor as conductor_module
-from conductor_pipeline.policies import HFLocalPolicy, OpenAIEndpointPolicy, PolicyError
+from conductor_pipeline.conductor.policies import HFLocalPolicy, OpenAIEndpointPolicy, PolicyError
 from resources.conductor import TINY_MAX_NEW_TOKENS, ConductorPolicyResource
 
 

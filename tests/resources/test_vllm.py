@@ -10,11 +10,11 @@ import httpx
 import pytest
 import yaml
 
-from conductor_pipeline.backends.local_server import free_port
 from conductor_pipeline.paths import PROJECT_ROOT
+from conductor_pipeline.pools.backends.local_server import free_port
 from resources.vllm import VllmLauncherResource
 
-FAKE_VLLM = str(PROJECT_ROOT / "tests" / "conductor_pipeline" / "backends" / "fake_vllm.py")
+FAKE_VLLM = str(PROJECT_ROOT / "tests" / "conductor_pipeline" / "pools" / "backends" / "fake_vllm.py")
 
 
 def test_launch_serves_vllm_seats_and_stops_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

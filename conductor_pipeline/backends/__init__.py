@@ -1,5 +1,0 @@
-"""Worker backends: every way a pool seat can answer a call (openai-compatible HTTP, vLLM, replay)."""
-
-from conductor_pipeline.backends.base import Worker
-
-__all__ = ["Worker"]

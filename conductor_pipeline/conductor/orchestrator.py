@@ -1,0 +1,586 @@
+"""Execute conductor workflows against a worker pool, as the Conductor paper does.
+
+A workflow is up to five steps run in order. Each worker's context holds, as earlier chat
+turns, the subtask and response of every step in its access list, then its own subtask (and,
+configurably, the original question). The last step's extracted answer is the workflow's answer.
+Every step becomes a `calls` row (`kind='step'`) and every workflow a `workflows` row, so the
+evaluation tables and the training reward read the same telemetry.
+
+Why a workflow can end as an *infrastructure failure* rather than a wrong answer: a step whose
+call stayed transient after its retries (or that replay has no recording for) says nothing
+about the routing; scoring it would punish the conductor for a provider's outage.
+
+Recursion: a pool seat with backend `conductor` is the conductor itself. Such a step prompts
+the conductor again with the parent workflow and the answer so far; its reply is either a new
+workflow (executed one level deeper; its answer becomes the step's answer) or three empty lists
+(pass the answer through). Depth is capped so a policy cannot recurse forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError, PolicyOutput
+from conductor_pipeline.conductor.prompt import (
+    CatalogueEntry,
+    build_recursion_prompt,
+    catalogue_from_pool,
+    displayed_worker_names,
+)
+from conductor_pipeline.grading import Grade, grade
+from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
+from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
+from conductor_pipeline.records import (
+    CallRecord,
+    CallRequest,
+    CallResult,
+    CallStatus,
+    ChatMessage,
+    Question,
+    WorkflowRecord,
+    stable_id,
+)
+from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, PARSE_OK, Step, Workflow, WorkflowParseError, parse_workflow
+
+# The paper caps recursion; two levels already let a conductor fix its own first plan.
+DEFAULT_MAX_DEPTH = 2
+# Rows are buffered and written in batches: one warehouse transaction per workflow would hold
+# the inter-process lock thousands of times per evaluation.
+DEFAULT_FLUSH_EVERY_ROWS = 2000
+# How the original question is shown with a subtask when `include_question` is on.
+QUESTION_AND_SUBTASK_TEMPLATE = "Original question:\n{question}\n\nYour task:\n{subtask}"
+# Statuses that make a workflow an infrastructure failure instead of an answer.
+INFRA_STATUSES = frozenset({CallStatus.TRANSIENT, CallStatus.NOT_RECORDED})
+# Parse code of a workflow whose conductor never answered (policy down after retries).
+NOT_RUN = "not_run"
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one executed step produced; later steps read `subtask` and `response` from here."""
+
+    index: int
+    worker: str
+    subtask: str
+    response: str | None
+    status: CallStatus
+    recorded_correct: bool | None = None
+    graded: Grade | None = None  # set where the step was graded for its `calls` row; reused as the final grade
+
+
+@dataclass(slots=True)
+class _Execution:
+    """The running state of one (possibly nested) workflow execution."""
+
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    infra_failure: bool = False
+    cost_usd: float = 0.0
+    latency_s: float | None = None  # None until some call reports one (replay records none)
+
+
+def add_latency(total: float | None, more: float | None) -> float | None:
+    """Sum latencies where known; unknown (None) stays unknown instead of reading as 0 s."""
+    if more is None:
+        return total
+    return more if total is None else total + more
+
+
+class CompletionScore(NamedTuple):
+    """What one scored conductor completion gave: the reward's inputs."""
+
+    parse_code: str
+    correct: bool | None
+    final_worker: str | None  # the real name of the worker whose answer is final; None if unparsed
+
+
+class Orchestrator:
+    """Runs workflows on a pool's workers through the governor and records them.
+
+    `workers` maps seat names to Worker objects (every seat except `conductor` seats).
+    `warehouse=None` executes without recording (the training reward's scoring path).
+    `conductor_policy` is needed only when the pool seats the conductor itself (recursion).
+    `predicted_success` (question -> {seat name: P(success)}, e.g. world_model.prompt_predictor)
+    fills the recursion prompt's catalogue with W's numbers, as the top-level prompt shows them.
+    """
+
+    def __init__(
+        self,
+        pool: PoolConfig,
+        workers: Mapping[str, Worker],
+        governor: Governor,
+        warehouse: Warehouse | None,
+        *,
+        include_question: bool = True,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        naming: str = "ordinal",
+        conductor_policy: ConductorPolicy | None = None,
+        conductor_temperature: float = 1.0,
+        conductor_max_new_tokens: int = 1024,
+        flush_every_rows: int = DEFAULT_FLUSH_EVERY_ROWS,
+        predicted_success: Callable[[Question], Mapping[str, float]] | None = None,
+    ) -> None:
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+        self.pool = pool
+        self.workers = dict(workers)
+        self.governor = governor
+        self.warehouse = warehouse
+        self.include_question = include_question
+        self.max_depth = max_depth
+        self.max_steps = max_steps
+        self.naming = naming
+        self.conductor_policy = conductor_policy
+        self.conductor_temperature = conductor_temperature
+        self.conductor_max_new_tokens = conductor_max_new_tokens
+        self.flush_every_rows = flush_every_rows
+        self.predicted_success = predicted_success
+        self.worker_names: list[str] = pool.worker_names
+        self.displayed_names: list[str] = list(displayed_worker_names(self.worker_names, naming))
+        self._real_name = dict(zip(self.displayed_names, self.worker_names, strict=True))
+        self._conductor_seats = {s.name for s in pool.workers if s.backend == "conductor"}
+        missing = [n for n in self.worker_names if n not in self._conductor_seats and n not in self.workers]
+        if missing:
+            raise ValueError(f"no Worker object for seats {missing} of pool {pool.name!r}")
+        if self._conductor_seats and conductor_policy is None:
+            raise ValueError(
+                f"pool {pool.name!r} seats the conductor ({sorted(self._conductor_seats)}): "
+                "recursion needs `conductor_policy`"
+            )
+        self._pending_calls: list[CallRecord] = []
+        self._pending_workflows: list[WorkflowRecord] = []
+
+    # ------------------------------------------------------------------ public entry points
+
+    def parse(
+        self, raw_text: str, *, allow_empty: bool = False, shown_workers: Sequence[str] | None = None
+    ) -> Workflow:
+        """Parse conductor text against the names the conductor saw; steps come back with real names.
+
+        `shown_workers` are the real names a prompt displayed, in order, when it showed a subset of
+        the pool (training's randomised pools); by default the whole pool was shown.
+        """
+        if shown_workers is None:
+            displayed_names, real_name = self.displayed_names, self._real_name
+        else:
+            unknown = [name for name in shown_workers if name not in self.worker_names]
+            if unknown:
+                raise ValueError(f"shown workers {unknown} are not seats of pool {self.pool.name!r}")
+            displayed_names = list(displayed_worker_names(list(shown_workers), self.naming))
+            real_name = dict(zip(displayed_names, shown_workers, strict=True))
+        displayed = parse_workflow(raw_text, displayed_names, max_steps=self.max_steps, allow_empty=allow_empty)
+        return Workflow(
+            steps=tuple(Step(worker=real_name[s.worker], subtask=s.subtask, sees=s.sees) for s in displayed.steps)
+        )
+
+    async def run_workflow_text(
+        self,
+        question: Question,
+        raw_text: str,
+        *,
+        conductor_name: str,
+        run_id: str,
+        arm: str | None = None,
+        repeat: int = 0,
+        conductor_output: PolicyOutput | None = None,
+        workflow_id: str | None = None,
+    ) -> WorkflowRecord:
+        """Parse a conductor's output and execute it; an unparseable one is scored wrong (reward 0)."""
+        workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
+        if conductor_output is not None:
+            self._record_call(
+                _conductor_call_record(
+                    conductor_output, key=workflow_id, workflow_id=workflow_id, run_id=run_id, question=question,
+                    conductor_name=conductor_name, depth=0, sample=repeat, pool=self.pool.name,
+                )
+            )
+        conductor_latency = conductor_output.latency_s if conductor_output is not None else None
+        try:
+            workflow = self.parse(raw_text)
+        except WorkflowParseError as exc:
+            record = WorkflowRecord(
+                workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
+                conductor=conductor_name, raw_text=raw_text, parse_code=exc.code, n_steps=0,
+                workers=[], final_answer=None, correct=False, cost_usd=0.0,
+                latency_s=conductor_latency, arm=arm, repeat=repeat, infra_failure=False,
+            )
+            await self._record_workflow(record)
+            return record
+        return await self.execute(
+            question, workflow, run_id=run_id, arm=arm, repeat=repeat, conductor_name=conductor_name,
+            raw_text=raw_text, workflow_id=workflow_id, extra_latency_s=conductor_latency,
+        )
+
+    async def execute(
+        self,
+        question: Question,
+        workflow: Workflow,
+        *,
+        run_id: str,
+        conductor_name: str,
+        arm: str | None = None,
+        repeat: int = 0,
+        raw_text: str | None = None,
+        workflow_id: str | None = None,
+        extra_latency_s: float | None = None,
+    ) -> WorkflowRecord:
+        """Execute an already parsed workflow (steps name real workers) and record it."""
+        workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
+        state = await self._execute_steps(
+            question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id=run_id,
+            sample=repeat, depth=0,
+        )
+        if state.infra_failure:
+            final_answer, correct = None, None
+        else:
+            final_answer, correct = await _grade_final(state, question.answer)
+        record = WorkflowRecord(
+            workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
+            conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
+            n_steps=len(workflow.steps), workers=[s.worker for s in workflow.steps],
+            final_answer=final_answer, correct=correct, cost_usd=state.cost_usd,
+            latency_s=add_latency(state.latency_s, extra_latency_s), arm=arm, repeat=repeat,
+            infra_failure=state.infra_failure,
+        )
+        await self._record_workflow(record)
+        return record
+
+    async def record_not_run(
+        self, question: Question, *, conductor_name: str, run_id: str, arm: str | None, repeat: int, error: str
+    ) -> WorkflowRecord:
+        """A workflow whose conductor never answered (its endpoint failed after retries): an
+        infrastructure failure, excluded from scoring, not an unparseable output. The failed
+        conductor call is kept in `calls` as `transient`, with the provider's error."""
+        workflow_id = workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
+        self._record_call(
+            CallRecord(
+                call_id=stable_id("conductor", workflow_id, 0), run_id=run_id, kind="conductor",
+                question_id=question.question_id, worker=conductor_name, sample=repeat, subtask=None, response=None,
+                extracted_answer=None, correct=None, status=str(CallStatus.TRANSIENT), error=error[:500],
+                prompt_tokens=None, completion_tokens=None, cost_usd=None, latency_s=None, started_at=None,
+                pool=self.pool.name, workflow_id=workflow_id, step=None,
+            )
+        )
+        record = WorkflowRecord(
+            workflow_id=workflow_id,
+            run_id=run_id, question_id=question.question_id, conductor=conductor_name, raw_text=None,
+            parse_code=NOT_RUN, n_steps=0, workers=[], final_answer=None, correct=None, cost_usd=0.0,
+            latency_s=None, arm=arm, repeat=repeat, infra_failure=True,
+        )
+        await self._record_workflow(record)
+        return record
+
+    async def score_completion(
+        self, question: Question, completion_text: str, *, shown_workers: Sequence[str] | None = None
+    ) -> CompletionScore:
+        """(parse code, correct, final worker) for one conductor completion, recording nothing.
+
+        The GRPO reward's scoring path: `correct` is None when the workflow did not parse or
+        hit an infrastructure failure (the caller excludes those rollouts or scores them 0).
+        `shown_workers`: the real names the prompt displayed, when it showed a subset of the pool.
+        """
+        try:
+            workflow = self.parse(completion_text, shown_workers=shown_workers)
+        except WorkflowParseError as exc:
+            return CompletionScore(exc.code, None, None)
+        final_worker = workflow.steps[-1].worker
+        workflow_id = stable_id("score", question.question_id, completion_text)
+        state = await self._execute_steps(
+            question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id="score",
+            sample=0, depth=0, record=False,
+        )
+        if state.infra_failure:
+            return CompletionScore(PARSE_OK, None, final_worker)
+        _, correct = await _grade_final(state, question.answer)
+        return CompletionScore(PARSE_OK, correct, final_worker)
+
+    async def flush(self) -> None:
+        """Write buffered rows: calls first, so a recorded workflow always has its steps."""
+        if self.warehouse is None:
+            return
+        calls, self._pending_calls = self._pending_calls, []
+        workflows, self._pending_workflows = self._pending_workflows, []
+        if calls or workflows:
+            await asyncio.to_thread(self._write, calls, workflows)
+
+    async def aclose(self) -> None:
+        """Flush what is buffered; the workers belong to whoever built them."""
+        await self.flush()
+
+    # ------------------------------------------------------------------ execution
+
+    async def _execute_steps(
+        self,
+        question: Question,
+        workflow: Workflow,
+        *,
+        workflow_id: str,
+        root_workflow_id: str,
+        run_id: str,
+        sample: int,
+        depth: int,
+        record: bool = True,
+    ) -> _Execution:
+        """Run the steps in order; nested (recursive) workflows key their calls by their own id
+        but carry the top-level `root_workflow_id`, so a workflow's cost and tokens join in one query."""
+        state = _Execution()
+        for index, step in enumerate(workflow.steps):
+            messages = self._step_messages(question, state.outcomes, step)
+            seat = self.pool.seat(step.worker)
+            if seat.backend == "conductor":
+                result = await self._recurse(
+                    question, workflow, state, seat, workflow_id=workflow_id,
+                    root_workflow_id=root_workflow_id, run_id=run_id,
+                    sample=sample, depth=depth, index=index, record=record,
+                )
+            else:
+                result = await self._call_worker(question, seat, messages, sample)
+            graded = await asyncio.to_thread(grade, result.response, question.answer) if record else None
+            state.outcomes.append(
+                StepOutcome(
+                    index=index, worker=step.worker, subtask=step.subtask, response=result.response,
+                    status=result.status, recorded_correct=result.recorded_correct, graded=graded,
+                )
+            )
+            state.cost_usd += result.cost_usd or 0.0
+            state.latency_s = add_latency(state.latency_s, result.latency_s)
+            if graded is not None:
+                correct = None if not result.status.scored else (
+                    result.recorded_correct if result.recorded_correct is not None else graded.correct
+                )
+                self._record_call(
+                    _step_call_record(
+                        result, key=workflow_id, workflow_id=root_workflow_id, run_id=run_id, question=question, step=step,
+                        index=index, sample=sample, extracted=graded.extracted, correct=correct,
+                        pool=self.pool.name,
+                    )
+                )
+            if result.status in INFRA_STATUSES:
+                state.infra_failure = True
+                break
+        if record:
+            await self._maybe_flush()
+        return state
+
+    def _step_messages(
+        self, question: Question, done: Sequence[StepOutcome], step: Step
+    ) -> tuple[ChatMessage, ...]:
+        """Earlier visible steps as (user: subtask, assistant: response) turns, then this subtask."""
+        messages: list[ChatMessage] = []
+        for seen in step.sees:
+            earlier = done[seen]
+            messages.append(ChatMessage("user", earlier.subtask))
+            messages.append(ChatMessage("assistant", earlier.response or ""))
+        content = step.subtask
+        # A solo arm's subtask *is* the question: showing it twice would change the prompt.
+        if self.include_question and step.subtask.strip() != question.problem.strip():
+            content = QUESTION_AND_SUBTASK_TEMPLATE.format(question=question.problem, subtask=step.subtask)
+        messages.append(ChatMessage("user", content))
+        return tuple(messages)
+
+    async def _call_worker(
+        self, question: Question, seat: WorkerSeat, messages: tuple[ChatMessage, ...], sample: int
+    ) -> CallResult:
+        worker = self.workers[seat.name]
+        request = CallRequest(
+            question=question, messages=messages, sample=_sample_for(worker, sample),
+            temperature=seat.temperature, max_tokens=seat.max_tokens,
+        )
+        async with self.governor.slot(seat.name, estimate_call_tokens(messages, seat.max_tokens)) as lease:
+            result = await worker.call(request)
+            if result.prompt_tokens is not None or result.completion_tokens is not None:
+                lease.report_tokens((result.prompt_tokens or 0) + (result.completion_tokens or 0))
+        return result
+
+    async def _recurse(
+        self,
+        question: Question,
+        parent: Workflow,
+        state: _Execution,
+        seat: WorkerSeat,
+        *,
+        workflow_id: str,
+        root_workflow_id: str,
+        run_id: str,
+        sample: int,
+        depth: int,
+        index: int,
+        record: bool,
+    ) -> CallResult:
+        """Run the conductor as a step: a new workflow one level down, or pass the answer through."""
+        answer_so_far = state.outcomes[-1].response if state.outcomes else None
+        passed = CallResult(
+            status=CallStatus.OK if answer_so_far is not None else CallStatus.EMPTY,
+            response=answer_so_far, latency_s=0.0, cost_usd=0.0,
+            recorded_correct=state.outcomes[-1].recorded_correct if state.outcomes else None,
+        )
+        if depth >= self.max_depth:
+            passed.error = f"recursion depth cap {self.max_depth} reached: answer passed through"
+            return passed
+        assert self.conductor_policy is not None  # checked in __init__
+        messages = build_recursion_prompt(
+            question, self.catalogue(), _render_parent(parent, self.displayed_names, self.worker_names),
+            answer_so_far, naming=self.naming, workers_see_question=self.include_question,
+            predicted_success=self.predicted_success(question) if self.predicted_success else None,
+        )
+        try:
+            async with self.governor.slot(seat.name, self.conductor_max_new_tokens):
+                (output,) = await self.conductor_policy.propose(
+                    messages, n=1, temperature=self.conductor_temperature,
+                    max_new_tokens=self.conductor_max_new_tokens, seed=None,
+                )
+        except PolicyError as exc:
+            return CallResult(status=CallStatus.TRANSIENT, error=f"conductor policy failed: {exc}")
+        inner_id = stable_id(workflow_id, "recursion", index)
+        if record:
+            self._record_call(
+                _conductor_call_record(
+                    output, key=inner_id, workflow_id=root_workflow_id, run_id=run_id, question=question,
+                    conductor_name=seat.name, depth=depth + 1, sample=sample, pool=self.pool.name,
+                )
+            )
+        try:
+            inner = self.parse(output.text, allow_empty=True)
+        except WorkflowParseError as exc:
+            # The conductor failed at its own step: that is a scored failure of this step.
+            return CallResult(
+                status=CallStatus.TERMINAL, error=f"recursive workflow unparseable: {exc.code}",
+                latency_s=output.latency_s, cost_usd=0.0,
+            )
+        if not inner.steps:
+            passed.latency_s = output.latency_s
+            passed.error = "conductor returned three empty lists: answer passed through"
+            return passed
+        inner_state = await self._execute_steps(
+            question, inner, workflow_id=inner_id, root_workflow_id=root_workflow_id, run_id=run_id,
+            sample=sample, depth=depth + 1, record=record,
+        )
+        last = inner_state.outcomes[-1] if inner_state.outcomes else None
+        status = CallStatus.TRANSIENT if inner_state.infra_failure else (
+            last.status if last is not None else CallStatus.EMPTY
+        )
+        return CallResult(
+            status=status, response=last.response if last is not None else None,
+            recorded_correct=last.recorded_correct if last is not None else None,
+            cost_usd=inner_state.cost_usd, latency_s=add_latency(output.latency_s, inner_state.latency_s),
+            error="inner workflow hit an infrastructure failure" if inner_state.infra_failure else None,
+        )
+
+    def catalogue(self) -> list[CatalogueEntry]:
+        """The pool's seats (real names, descriptions); the prompt builders apply the naming."""
+        return catalogue_from_pool(self.pool)
+
+    # ------------------------------------------------------------------ recording
+
+    def _record_call(self, row: CallRecord) -> None:
+        if self.warehouse is not None:
+            self._pending_calls.append(row)
+
+    async def _record_workflow(self, row: WorkflowRecord) -> None:
+        if self.warehouse is not None:
+            self._pending_workflows.append(row)
+            await self._maybe_flush()
+
+    async def _maybe_flush(self) -> None:
+        if len(self._pending_calls) + len(self._pending_workflows) >= self.flush_every_rows:
+            await self.flush()
+
+    def _write(self, calls: list[CallRecord], workflows: list[WorkflowRecord]) -> None:
+        assert self.warehouse is not None
+        if calls:
+            self.warehouse.insert("calls", calls)
+        if workflows:
+            self.warehouse.insert("workflows", workflows)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def workflow_key(run_id: str, arm: str | None, repeat: int, question_id: str, conductor_name: str) -> str:
+    """The workflow id: stable, so a rerun of the same run writes (and skips) the same keys."""
+    return stable_id("workflow", run_id, arm, repeat, question_id, conductor_name)
+
+
+def one_step_workflow(worker: str, question: Question) -> Workflow:
+    """The workflow of a solo arm or a router: one worker, the question itself as the subtask."""
+    return Workflow(steps=(Step(worker=worker, subtask=question.problem, sees=()),))
+
+
+def _sample_for(worker: Worker, repeat: int) -> int:
+    """The recorded sample a repeat replays; a one-recording source replays its only sample.
+
+    Live workers sample anew on every call whatever the index; replay seats hold a fixed number
+    of recordings, and asking past them would turn every later repeat into `not_recorded`.
+    """
+    recorded = getattr(worker, "samples_recorded", None)
+    if isinstance(recorded, int) and recorded > 0:
+        return repeat % recorded
+    return repeat
+
+
+async def _grade_final(state: _Execution, gold: str) -> tuple[str | None, bool]:
+    """(extracted answer, correct) of the last step: the workflow's answer."""
+    last = state.outcomes[-1] if state.outcomes else None
+    graded = last.graded if last is not None and last.graded is not None else None
+    if graded is None:  # not graded yet (nothing recorded, e.g. a GRPO rollout)
+        graded = await asyncio.to_thread(grade, last.response if last is not None else None, gold)
+    recorded = last.recorded_correct if last is not None else None
+    # Verdict-only replays (no text) carry the recorded verdict; use it as is.
+    return graded.extracted, recorded if recorded is not None else graded.correct
+
+
+def _render_parent(parent: Workflow, displayed: Sequence[str], real: Sequence[str]) -> Workflow:
+    """The parent workflow as the conductor wrote it: with the names it saw."""
+    shown = dict(zip(real, displayed, strict=True))
+    return Workflow(steps=tuple(Step(worker=shown[s.worker], subtask=s.subtask, sees=s.sees) for s in parent.steps))
+
+
+def _step_call_record(
+    result: CallResult,
+    *,
+    key: str,
+    workflow_id: str,
+    run_id: str,
+    question: Question,
+    step: Step,
+    index: int,
+    sample: int,
+    extracted: str | None,
+    correct: bool | None,
+    pool: str,
+) -> CallRecord:
+    return CallRecord(
+        call_id=stable_id("step", key, index), run_id=run_id, kind="step",
+        question_id=question.question_id, worker=step.worker, sample=sample, subtask=step.subtask,
+        response=result.response, extracted_answer=extracted, correct=correct, status=str(result.status),
+        error=result.error, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+        cost_usd=result.cost_usd, latency_s=result.latency_s, started_at=result.started_at, pool=pool,
+        workflow_id=workflow_id, step=index, reasoning_tokens=result.reasoning_tokens,
+        tokens_estimated=result.tokens_estimated, finish_reason=result.finish_reason, attempts=result.attempts,
+    )
+
+
+def _conductor_call_record(
+    output: PolicyOutput,
+    *,
+    key: str,
+    workflow_id: str,
+    run_id: str,
+    question: Question,
+    conductor_name: str,
+    depth: int,
+    sample: int,
+    pool: str,
+) -> CallRecord:
+    return CallRecord(
+        call_id=stable_id("conductor", key, depth), run_id=run_id, kind="conductor",
+        question_id=question.question_id, worker=conductor_name, sample=sample, subtask=None,
+        response=output.text, extracted_answer=None, correct=None, status=str(CallStatus.OK), error=None,
+        prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens, cost_usd=None,
+        latency_s=output.latency_s, started_at=None, pool=pool, workflow_id=workflow_id, step=None,
+    )

@@ -1,0 +1,314 @@
+"""Conductor policies: whatever turns a conductor prompt into workflow text.
+
+Two kinds share one async interface so the orchestrator and the eval arms never care which runs:
+a local Hugging Face causal LM (the tiny CPU model, or a training checkpoint on a GPU), and any
+OpenAI-compatible chat endpoint (a prompted conductor on vLLM, `transformers serve`, a hosted
+provider). Model output is untrusted text: policies return it verbatim, the parser judges it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from conductor_pipeline.pools.backends.openai_compat import TRANSIENT_HTTP_STATUSES
+
+# Transient endpoint faults (rate limits, overload, restarts) are retried this many times with
+# exponential backoff before the policy gives up; the caller then records an infrastructure failure.
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_BACKOFF_S = 1.0
+# Long enough for a 7B model to write a 1k-token workflow on a busy shared server.
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOutput:
+    """One sampled completion and what it cost.
+
+    `latency_s` is the wall time of the request or batch that produced it (n samples produced
+    together share it). `tokens_estimated` is set when an endpoint returned one usage block for
+    several samples and the per-sample split is proportional to text length.
+    """
+
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float
+    finish_reason: str | None = None
+    tokens_estimated: bool = False
+
+
+@runtime_checkable
+class ConductorPolicy(Protocol):
+    """Anything that samples `n` workflow texts for one conductor prompt (chat messages)."""
+
+    name: str
+
+    async def propose(
+        self,
+        messages: list[dict],
+        *,
+        n: int = 1,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int | None = None,
+    ) -> list[PolicyOutput]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class PolicyError(RuntimeError):
+    """The policy could not produce outputs (endpoint down after retries, bad response shape).
+
+    Callers treat it as an infrastructure failure, never as an unparseable workflow.
+    """
+
+
+class HFLocalPolicy:
+    """A local transformers causal LM; the n samples of one prompt run as one batch.
+
+    The model loads on first use (so building the policy is cheap, e.g. in a Dagster resource),
+    and generation runs in a worker thread behind a lock so the event loop stays responsive and
+    two prompts never share the model concurrently.
+    """
+
+    def __init__(self, model_path: str | Path, device: str = "cpu", *, name: str | None = None):
+        self.model_path = Path(model_path)
+        self.device = device
+        self.name = name or f"hf:{self.model_path.name}"
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(self.model_path).to(self.device)
+        model.eval()
+        self._tokenizer, self._model = tokenizer, model
+
+    def _generate(
+        self,
+        messages: list[dict],
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int | None,
+    ) -> list[PolicyOutput]:
+        import torch
+
+        with self._lock:
+            self._load()
+            tokenizer, model = self._tokenizer, self._model
+            encoded = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            ).to(self.device)
+            prompt_length = int(encoded["input_ids"].shape[1])
+            greedy = temperature <= 0.0
+            sampling = {} if greedy else {"temperature": temperature, "top_p": 1.0, "top_k": 0}
+            started = time.perf_counter()
+            # fork_rng: a seeded call must not reseed everyone else's global torch RNG.
+            with torch.random.fork_rng(devices=[]), torch.inference_mode():
+                if seed is not None:
+                    torch.manual_seed(seed)
+                sequences = model.generate(
+                    **encoded,
+                    do_sample=not greedy,
+                    num_return_sequences=1 if greedy else n,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **sampling,
+                )
+            latency = time.perf_counter() - started
+        completions = sequences[:, prompt_length:]
+        if greedy:  # greedy decoding is deterministic: one pass serves all n
+            completions = completions.repeat(n, 1)
+        stop_ids = set(_as_list(model.generation_config.eos_token_id)) | {tokenizer.pad_token_id}
+        outputs = []
+        for row in completions.tolist():
+            length = next((i + 1 for i, tok in enumerate(row) if tok in stop_ids), len(row))
+            finish = "stop" if length < len(row) or row[-1] in stop_ids else "length"
+            outputs.append(
+                PolicyOutput(
+                    text=tokenizer.decode(row[:length], skip_special_tokens=True),
+                    prompt_tokens=prompt_length,
+                    completion_tokens=length,
+                    latency_s=latency,
+                    finish_reason=finish,
+                )
+            )
+        return outputs
+
+    async def propose(
+        self,
+        messages: list[dict],
+        *,
+        n: int = 1,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int | None = None,
+    ) -> list[PolicyOutput]:
+        if n < 1:
+            raise ValueError("n must be at least 1")
+        return await asyncio.to_thread(
+            self._generate, messages, n, temperature, max_new_tokens, seed
+        )
+
+    async def aclose(self) -> None:
+        self._model = self._tokenizer = None
+
+
+def _as_list(value: int | list[int] | None) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class OpenAIEndpointPolicy:
+    """A prompted conductor behind any OpenAI-compatible `/chat/completions` endpoint.
+
+    Asks for all n samples in one request; servers that ignore `n` (some do) are topped up with
+    single-sample requests, so callers always get exactly n outputs. The API key is read from the
+    environment variable named by `api_key_env` at construction and never logged.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = None,
+        *,
+        name: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        extra_body: dict[str, Any] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = name or f"openai:{model}"
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.extra_body = dict(extra_body or {})
+        headers = {}
+        if api_key_env is not None:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise PolicyError(f"environment variable {api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    async def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        last_error = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            started = time.perf_counter()
+            try:
+                response = await self._client.post("/chat/completions", json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as error:
+                last_error = type(error).__name__
+                continue
+            latency = time.perf_counter() - started
+            if response.status_code in TRANSIENT_HTTP_STATUSES:
+                last_error = f"HTTP {response.status_code}"
+                continue
+            if response.status_code >= 400:
+                raise PolicyError(f"HTTP {response.status_code}: {response.text[:300]}")
+            try:
+                return response.json(), latency
+            except ValueError as error:
+                raise PolicyError("endpoint returned a non-JSON body") from error
+        raise PolicyError(f"endpoint failed after {self.max_retries + 1} attempts: {last_error}")
+
+    async def _request(
+        self,
+        messages: list[dict],
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int | None,
+    ) -> list[PolicyOutput]:
+        body: dict[str, Any] = {
+            **self.extra_body,
+            "model": self.model,
+            "messages": messages,
+            "temperature": temperature,
+            "max_tokens": max_new_tokens,
+        }
+        if n > 1:
+            body["n"] = n
+        if seed is not None:
+            body["seed"] = seed
+        payload, latency = await self._post(body)
+        try:
+            choices = payload["choices"]
+            texts = [(c["message"].get("content") or "", c.get("finish_reason")) for c in choices]
+        except (KeyError, TypeError, AttributeError) as error:
+            raise PolicyError("response has no choices[].message") from error
+        usage = payload.get("usage") or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        total_completion = usage.get("completion_tokens")
+        total_chars = sum(len(text) for text, _ in texts) or 1
+        outputs = []
+        for text, finish in texts:
+            if total_completion is None:
+                completion = None
+            elif len(texts) == 1:
+                completion = int(total_completion)
+            else:
+                completion = round(total_completion * len(text) / total_chars)
+            outputs.append(
+                PolicyOutput(
+                    text=text,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion,
+                    latency_s=latency,
+                    finish_reason=finish,
+                    tokens_estimated=len(texts) > 1,
+                )
+            )
+        return outputs
+
+    async def propose(
+        self,
+        messages: list[dict],
+        *,
+        n: int = 1,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int | None = None,
+    ) -> list[PolicyOutput]:
+        if n < 1:
+            raise ValueError("n must be at least 1")
+        outputs = await self._request(messages, n, temperature, max_new_tokens, seed)
+        missing = n - len(outputs)
+        if missing > 0:
+            # Distinct seeds, so a seeded top-up does not return the same sample again.
+            top_ups = await asyncio.gather(
+                *(
+                    self._request(
+                        messages, 1, temperature, max_new_tokens, None if seed is None else seed + i
+                    )
+                    for i in range(1, missing + 1)
+                )
+            )
+            outputs.extend(output for batch in top_ups for output in batch)
+        return outputs[:n]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

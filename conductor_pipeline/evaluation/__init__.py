@@ -1,0 +1,7 @@
+"""Evaluation: the conductor against every worker alone, on a fixed eval slice, and why it differs.
+
+`slices` cuts the eval slice and checks it against training questions; `routers` are the baseline
+arms (best single, random, oracle, W-router); `arms` runs any arm through the orchestrator;
+`tables` turns the recorded workflows into accuracy with intervals, cost, usage and the gap
+decomposition. Feeds `eval_arms` and `eval_tables`.
+"""

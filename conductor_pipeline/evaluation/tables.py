@@ -1,0 +1,255 @@
+"""The tables an evaluation run gives: accuracy with intervals, cost, usage, gap, decomposition."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import polars as pl
+from tabulate import tabulate
+
+from conductor_pipeline.stats import wilson_interval
+from conductor_pipeline.warehouse import sql_row_over_frames
+
+GAP_FIRST_N = 50  # below 50 questions a gap is mostly noise: the running gap starts here
+GAP_EVERY_N = 25
+Z_95 = 1.959963984540054
+
+
+# ---------------------------------------------------------------------- tables
+
+
+def common_questions(workflows: pl.DataFrame) -> list[str]:
+    """Questions every (arm, repeat) reached without an infrastructure failure."""
+    pairs = workflows.select("arm", "repeat").unique().height
+    reached = (
+        workflows.filter(~pl.col("infra_failure"))
+        .group_by("question_id")
+        .agg(pl.struct("arm", "repeat").n_unique().alias("pairs"))
+        .filter(pl.col("pairs") == pairs)
+    )
+    return sorted(reached["question_id"].to_list())
+
+
+def _ordered_common(workflows: pl.DataFrame, slice_order: Sequence[str] | None) -> list[str]:
+    common = set(common_questions(workflows))
+    if slice_order is None:
+        return sorted(common)
+    return [qid for qid in slice_order if qid in common]
+
+
+def n_label(n: int, attempted: int, planned: int, available: int | None = None) -> str:
+    """`n=380 of 400 planned`, and says why when fewer were scored than planned.
+
+    `available` is how many eligible questions the slice actually held: a slice that is smaller
+    than planned is a property of the data, not a run that stopped early.
+    """
+    label = f"n={n} of {planned} planned"
+    available = planned if available is None else min(available, planned)
+    if available < planned and attempted >= available:
+        label += f" (the eval split holds only {available} eligible questions)"
+    elif attempted < available:
+        label += f" (stopped early: {attempted} of {available} questions run)"
+    elif n < attempted:
+        label += f" ({attempted - n} excluded: infrastructure failures)"
+    return label
+
+
+def arm_table(
+    workflows: pl.DataFrame,
+    *,
+    planned_size: int,
+    call_tokens: pl.DataFrame | None = None,
+    slice_order: Sequence[str] | None = None,
+    available: int | None = None,
+) -> pl.DataFrame:
+    """One row per arm on the common questions: accuracy (mean over repeats, SE, 95% interval),
+    cost, latency, tokens and steps per question, and how many questions were run and scored.
+
+    `workflows` has the `workflows` table's columns; `call_tokens` (workflow_id, tokens) sums the
+    tokens of every call of a workflow, conductor included.
+    """
+    common = _ordered_common(workflows, slice_order)
+    attempted = workflows["question_id"].n_unique()
+    scored = workflows.filter(pl.col("question_id").is_in(common))
+    if call_tokens is not None:
+        scored = scored.join(call_tokens, on="workflow_id", how="left")
+    else:
+        scored = scored.with_columns(pl.lit(None, dtype=pl.Float64).alias("tokens"))
+    rows = []
+    for arm in sorted(scored["arm"].unique().to_list()):
+        frame = scored.filter(pl.col("arm") == arm)
+        per_repeat = (
+            frame.group_by("repeat").agg(pl.col("correct").cast(pl.Float64).mean().alias("accuracy")).sort("repeat")
+        )
+        accuracies = per_repeat["accuracy"].to_list()
+        repeats = len(accuracies)
+        mean = sum(accuracies) / repeats if repeats else float("nan")
+        n = len(common)
+        if repeats > 1:
+            sd = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / (repeats - 1))
+            se = sd / math.sqrt(repeats)
+            low, high = max(0.0, mean - Z_95 * se), min(1.0, mean + Z_95 * se)
+            method = "mean +- 1.96 SE over repeats"
+        else:
+            se = math.sqrt(mean * (1 - mean) / n) if n else float("nan")
+            low, high = (float(v) for v in wilson_interval(round(mean * n), n)) if n else (math.nan, math.nan)
+            method = "Wilson (one repeat)"
+        parsed = frame.filter(pl.col("parse_code") == "ok")
+        rows.append(
+            {
+                "arm": arm,
+                "n": n,
+                "n_label": n_label(n, attempted, planned_size, available),
+                "repeats": repeats,
+                "accuracy": mean,
+                "se": se,
+                "ci_low": low,
+                "ci_high": high,
+                "interval": method,
+                "cost_per_question": frame["cost_usd"].fill_null(0.0).mean(),
+                # Unknown latency (replay records none) stays unknown rather than reading as 0 s.
+                "latency_per_question_s": frame["latency_s"].mean(),
+                "tokens_per_question": frame["tokens"].mean(),
+                "mean_steps": parsed["n_steps"].mean() if parsed.height else None,
+                "parse_ok_share": parsed.height / frame.height if frame.height else None,
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def worker_usage(workflows: pl.DataFrame) -> pl.DataFrame:
+    """Per arm, the share of steps each worker took (over parsed, non-infra workflows)."""
+    steps = (
+        workflows.filter((pl.col("parse_code") == "ok") & ~pl.col("infra_failure"))
+        .select("arm", "workers")
+        .explode("workers")
+        .drop_nulls("workers")
+        .rename({"workers": "worker"})
+    )
+    return (
+        steps.group_by("arm", "worker")
+        .agg(pl.len().alias("steps"))
+        .with_columns((pl.col("steps") / pl.col("steps").sum().over("arm")).alias("share"))
+        .sort("arm", "share", descending=[False, True])
+    )
+
+
+def parse_code_histogram(workflows: pl.DataFrame) -> pl.DataFrame:
+    """Per arm and parse code, how many workflows (infra failures left out: they are not outputs)."""
+    return (
+        workflows.filter(~pl.col("infra_failure"))
+        .group_by("arm", "parse_code")
+        .agg(pl.len().alias("workflows"))
+        .sort("arm", "workflows", descending=[False, True])
+    )
+
+
+def _per_question_accuracy(frame: pl.DataFrame) -> dict[str, float]:
+    means = frame.group_by("question_id").agg(pl.col("correct").cast(pl.Float64).mean().alias("acc"))
+    return dict(zip(means["question_id"].to_list(), means["acc"].to_list(), strict=True))
+
+
+def best_solo_arm(workflows: pl.DataFrame, common: Sequence[str]) -> str | None:
+    """The most accurate solo arm on the common questions (ties: smallest name)."""
+    solo = workflows.filter(pl.col("arm").str.starts_with("solo:") & pl.col("question_id").is_in(list(common)))
+    if solo.height == 0:
+        return None
+    ranked = (
+        solo.group_by("arm").agg(pl.col("correct").cast(pl.Float64).mean().alias("acc"))
+        .sort(["acc", "arm"], descending=[True, False])
+    )
+    return ranked["arm"][0]
+
+
+def running_gap(
+    workflows: pl.DataFrame,
+    *,
+    slice_order: Sequence[str] | None = None,
+    first_n: int = GAP_FIRST_N,
+    every_n: int = GAP_EVERY_N,
+) -> pl.DataFrame:
+    """Each arm's accuracy minus the best solo worker's on the first n common questions,
+    at n = first_n, first_n + every_n, ... (slice order), so nobody reads a stopping point as a result.
+    """
+    common = _ordered_common(workflows, slice_order)
+    best = best_solo_arm(workflows, common)
+    if best is None:
+        return pl.DataFrame(schema={"arm": pl.String, "n": pl.Int64, "accuracy": pl.Float64, "gap": pl.Float64})
+    scored = workflows.filter(pl.col("question_id").is_in(common))
+    best_acc = _per_question_accuracy(scored.filter(pl.col("arm") == best))
+    rows = []
+    for arm in sorted(scored["arm"].unique().to_list()):
+        acc = _per_question_accuracy(scored.filter(pl.col("arm") == arm))
+        for n in range(first_n, len(common) + 1, every_n):
+            prefix = common[:n]
+            arm_mean = sum(acc[q] for q in prefix) / n
+            best_mean = sum(best_acc[q] for q in prefix) / n
+            rows.append({"arm": arm, "n": n, "accuracy": arm_mean, "gap": arm_mean - best_mean, "best_solo": best})
+    return pl.DataFrame(rows, schema={"arm": pl.String, "n": pl.Int64, "accuracy": pl.Float64, "gap": pl.Float64, "best_solo": pl.String})
+
+
+def routing_value(table: pl.DataFrame, arm: str, *, best_single_arm: str = "best_single", oracle_arm: str = "oracle") -> dict[str, object] | None:
+    """A router's accuracy beside best single and oracle on the same (common) questions, and the
+    share of the oracle headroom it recovers: (arm - best_single) / (oracle - best_single), like
+    RouteLLM's APGR. 1 = as good as the oracle, 0 = no better than best single, < 0 = worse.
+    None when an arm is missing; the share is None when the oracle has no headroom.
+    """
+    accuracy = dict(zip(table["arm"].to_list(), table["accuracy"].to_list(), strict=True)) if table.height else {}
+    if not {arm, best_single_arm, oracle_arm} <= set(accuracy):
+        return None
+    headroom = accuracy[oracle_arm] - accuracy[best_single_arm]
+    return {
+        "arm": arm,
+        "n": int(table.filter(pl.col("arm") == arm)["n"][0]),
+        "accuracy": accuracy[arm],
+        "best_single": accuracy[best_single_arm],
+        "oracle": accuracy[oracle_arm],
+        "headroom_recovered": (accuracy[arm] - accuracy[best_single_arm]) / headroom if headroom > 0 else None,
+    }
+
+
+# ---------------------------------------------------------------------- the decomposition
+
+
+def decompose_gap(outcomes: pl.DataFrame, conductor_outcomes: pl.DataFrame) -> dict[str, object]:
+    """Run `sql/conductor_decomposition.sql` on the two relations; returns its one row as a dict.
+
+    In-memory DuckDB: the relation names are the SQL's contract, and the warehouse's own
+    `outcomes` view (probe majorities) must not shadow the eval arms' solo outcomes.
+    """
+    return sql_row_over_frames(
+        "conductor_decomposition",
+        outcomes=outcomes.select("question_id", "worker", "correct"),
+        conductor_outcomes=conductor_outcomes.select("question_id", "parse_code", "correct", "workers"),
+    )
+
+
+def decomposition_inputs(
+    workflows: pl.DataFrame, conductor_arm: str, common: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(solo outcomes, conductor outcomes) on the common questions, from eval-arm workflows.
+
+    Solo outcome = majority over repeats (as the `outcomes` view does for probes); the conductor
+    contributes its repeat-0 workflow, whose parse code, workers and verdict belong together.
+    """
+    rows = workflows.filter(pl.col("question_id").is_in(list(common)))
+    solo = (
+        rows.filter(pl.col("arm").str.starts_with("solo:"))
+        .with_columns(pl.col("arm").str.strip_prefix("solo:").alias("worker"))
+        .group_by("question_id", "worker")
+        .agg((2 * pl.col("correct").cast(pl.Int64).sum() > pl.len()).alias("correct"))
+    )
+    conductor = rows.filter((pl.col("arm") == conductor_arm) & (pl.col("repeat") == 0)).select(
+        "question_id", "parse_code", "correct", "workers"
+    )
+    return solo, conductor
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def markdown_table(frame: pl.DataFrame, *, float_digits: int = 3) -> str:
+    """A small frame as a GitHub markdown table (what Dagster's UI renders in metadata)."""
+    rows = [[", ".join(map(str, v)) if isinstance(v, list) else v for v in row] for row in frame.iter_rows()]
+    return tabulate(rows, headers=frame.columns, tablefmt="github", floatfmt=f".{float_digits}f", missingval="")

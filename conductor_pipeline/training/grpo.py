@@ -1,0 +1,155 @@
+"""GRPO with TRL's GRPOTrainer: one row per optimizer step, checkpoints, resume after a kill."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from conductor_pipeline.training.settings import GRPOSettings
+
+# --- GRPO ------------------------------------------------------------------------------------
+
+StepCallback = Callable[[dict], "bool | None"]
+
+
+@dataclass
+class TrainingOutcome:
+    """Where a GRPO run ended: its last checkpoint, step, per-step rows and how it got there."""
+
+    checkpoint_dir: Path | None
+    global_step: int
+    steps: list[dict]
+    resumed_from: Path | None
+    stopped_early: bool
+    group_size: int
+
+
+def step_row(global_step: int, logs: dict[str, Any], parse_counts: dict[str, int], group_size: int) -> dict:
+    """One `training_steps`-shaped row from a TRL log dict (canonical names first, raw logs kept)."""
+    return {
+        "step": global_step,
+        "reward_mean": logs.get("reward"),
+        "reward_std": logs.get("reward_std"),
+        "frac_zero_std": logs.get("frac_reward_zero_std"),
+        "frac_groups_no_signal": logs.get("conductor/frac_groups_no_signal"),
+        "parse_fail_rate": logs.get("conductor/parse_fail_rate"),
+        "infra_fail_rate": logs.get("conductor/infra_fail_rate"),
+        "completion_length_mean": logs.get("completions/mean_length"),
+        "clipped_ratio": logs.get("completions/clipped_ratio"),
+        "loss": logs.get("loss"),
+        "learning_rate": logs.get("learning_rate"),
+        "group_size": group_size,
+        "parse_code_counts": parse_counts,
+        "trl_logs": dict(logs),
+    }
+
+
+def _make_callbacks(
+    on_step: StepCallback | None,
+    reward_fn: Any,
+    group_size: int,
+    rows: list[dict],
+    stop_flag: dict[str, bool],
+):
+    from transformers import TrainerCallback
+
+    class StepRowCallback(TrainerCallback):
+        """Turns each training log into a step row; `on_step` returning True stops (and saves)."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "reward" not in logs:  # skip the end-of-train summary log
+                return control
+            drain = getattr(reward_fn, "drain_counts", None)
+            row = step_row(state.global_step, logs, drain() if drain else {}, group_size)
+            rows.append(row)
+            if on_step is not None and on_step(row):
+                stop_flag["stopped"] = True
+                control.should_training_stop = True
+            if control.should_training_stop:
+                control.should_save = True  # an early stop still leaves a checkpoint of this step
+            return control
+
+    return [StepRowCallback()]
+
+
+def _last_checkpoint(output_dir: Path) -> Path | None:
+    """The latest *complete* `checkpoint-N`: one whose trainer state was written.
+
+    The Trainer writes `trainer_state.json` last; a process killed mid-save leaves a directory
+    without it, and resuming from that (what `get_last_checkpoint` would pick) fails on every
+    rerun. Such a directory is skipped (and overwritten when the rerun saves that step again).
+    """
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    if not output_dir.is_dir():
+        return None
+    complete = [
+        path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if path.name.rsplit("-", 1)[1].isdigit() and (path / "trainer_state.json").is_file()
+    ]
+    return max(complete, key=_checkpoint_step, default=None)
+
+
+def _checkpoint_step(checkpoint: Path | None) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint else 0
+
+
+def train_grpo(
+    model_path: str | Path,
+    prompts_dataset: Any,
+    reward_fn: Callable,
+    settings: GRPOSettings,
+    output_dir: str | Path,
+    *,
+    on_step: StepCallback | None = None,
+    resume: bool = True,
+    max_steps_override: int | None = None,
+) -> TrainingOutcome:
+    """Run GRPO with TRL's GRPOTrainer; resume from the latest `checkpoint-*`; always checkpoint.
+
+    `prompts_dataset` is a `datasets.Dataset` or a list of rows with a conversational `prompt`
+    (see `conductor_prompt_rows`). `on_step(row)` gets one row per optimizer step (see
+    `step_row`); returning True stops the run early, which still saves a checkpoint. An exception
+    (including KeyboardInterrupt) saves the progress since the last checkpoint, then re-raises.
+    """
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    output_dir = Path(output_dir)
+    if max_steps_override is not None:
+        settings = replace(settings, max_steps=max_steps_override)
+    resumed_from = _last_checkpoint(output_dir) if resume else None
+    if resumed_from is not None and _checkpoint_step(resumed_from) >= settings.max_steps:
+        # A finished run: resuming would make the Trainer take one more step on every rerun.
+        return TrainingOutcome(resumed_from, _checkpoint_step(resumed_from), [], resumed_from, False, settings.num_generations)
+    dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer.padding_side = "left"
+    rows: list[dict] = []
+    stop_flag = {"stopped": False}
+    trainer = GRPOTrainer(
+        model=str(model_path),
+        reward_funcs=[reward_fn],
+        args=settings.to_grpo_config(output_dir),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=_make_callbacks(on_step, reward_fn, settings.num_generations, rows, stop_flag),
+    )
+    try:
+        trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
+    finally:
+        # An early stop, a fault or a finish between save steps still leaves its last step on disk.
+        if trainer.state.global_step > _checkpoint_step(_last_checkpoint(output_dir)):
+            trainer._save_checkpoint(trainer.model, trial=None)
+    last = _last_checkpoint(output_dir)
+    return TrainingOutcome(
+        checkpoint_dir=last,
+        global_step=trainer.state.global_step,
+        steps=rows,
+        resumed_from=resumed_from,
+        stopped_early=stop_flag["stopped"],
+        group_size=settings.num_generations,
+    )

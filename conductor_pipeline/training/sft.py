@@ -1,0 +1,70 @@
+"""The supervised warm start: teach the policy the workflow format before GRPO."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.training.settings import SFTSettings
+
+# --- SFT warm start ----------------------------------------------------------------------------
+
+SFT_MANIFEST = "sft_manifest.json"
+SFT_LOG_HISTORY = "sft_log_history.json"
+
+
+def _examples_digest(model_path: Path, examples: Sequence[tuple[list[dict], str]], settings: SFTSettings) -> str:
+    digest = hashlib.sha256(json.dumps({"model": str(model_path), "settings": asdict(settings)}, sort_keys=True).encode())
+    for messages, completion in examples:
+        digest.update(json.dumps([messages, completion], sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def warm_start_sft(
+    model_path: str | Path,
+    examples: Sequence[tuple[list[dict], str]],
+    settings: SFTSettings,
+    output_dir: str | Path,
+) -> Path:
+    """Fine-tune `model_path` on (prompt messages, target workflow text) pairs; return the model dir.
+
+    Uses TRL's SFTTrainer on a conversational prompt-completion dataset, so the loss covers the
+    assistant turn only and the model learns to close it with its end-of-turn token. Idempotent:
+    an output_dir whose manifest matches (model, examples, settings) is returned untouched. The
+    trainer's log history (loss per step) is written next to the model.
+    """
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    model_path, output_dir = Path(model_path), Path(output_dir)
+    if not examples:
+        raise ValueError("warm_start_sft needs at least one example")
+    digest = _examples_digest(model_path, examples, settings)
+    manifest_path = output_dir / SFT_MANIFEST
+    if manifest_path.is_file() and json.loads(manifest_path.read_text()).get("digest") == digest:
+        return output_dir
+
+    dataset = Dataset.from_list(
+        [
+            {"prompt": list(messages), "completion": [{"role": "assistant", "content": completion}]}
+            for messages, completion in examples
+        ]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    trainer = SFTTrainer(
+        model=str(model_path),
+        args=settings.to_sft_config(output_dir),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(output_dir)
+    (output_dir / SFT_LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1))
+    write_json_atomic(manifest_path, {"digest": digest, "base_model": str(model_path), "examples": len(examples)})
+    return output_dir

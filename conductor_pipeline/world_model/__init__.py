@@ -1,0 +1,7 @@
+"""The world model W(subtask, worker) -> P(success), expected cost, expected latency.
+
+`data` builds its training frame (warehouse or recordings); `features` is the one feature builder
+for fitting and scoring; `model` is the LightGBM model; `evaluation` tests it against marginal
+baselines and as a router; `hooks` are the places the pipeline uses it (in-context predictions,
+pruning GRPO questions). Feeds `world_model` and `world_model_report`, and the W-router eval arm.
+"""

@@ -1,0 +1,627 @@
+"""Does the world model earn its place? W against marginal baselines, and as a router.
+
+Two splits, both out-of-sample for W and for every baseline (each is refitted per fold):
+
+- `questions`: GroupKFold over question ids, so no question is on both sides; every row gets an
+  out-of-fold prediction. Baselines: per-worker marginal accuracy, and per-worker x subject
+  (x level) accuracy smoothed toward the worker marginal.
+- `held_out_workers`: GroupKFold over workers; W is trained WITHOUT the worker-identity feature and
+  predicts unseen workers from catalogue attributes (the Conductor trains on randomised pools).
+  A worker marginal does not exist for an unseen worker, so the baselines are the global rate,
+  the family rate, and the question's rate among the training workers.
+
+Metrics (scikit-learn): log loss, Brier, ROC AUC, and expected calibration error, each with a
+bootstrap interval that resamples *questions*; the paired difference W - baseline is bootstrapped
+on the same resamples, and the verdict says whether its interval excludes 0. Routing value: on the
+held-out questions of the `questions` split, the W-router (argmax predicted success, optionally
+minus lambda x predicted cost) next to the best single worker and the oracle, with the share of
+oracle headroom recovered, (W - best single) / (oracle - best single), like RouteLLM's APGR.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+from sklearn.model_selection import GroupKFold
+
+from conductor_pipeline.pools.config import WorkerSeat
+from conductor_pipeline.world_model.data import normalize_training_frame
+from conductor_pipeline.world_model.features import WorldModelSettings
+from conductor_pipeline.world_model.model import WorldModel
+
+# Bins of the reliability diagram and of the expected calibration error (equal width).
+CALIBRATION_BINS = 15
+# Predictions are clipped away from 0 and 1 before log loss, for every model alike.
+PROBABILITY_EPS = 1e-4
+METRICS = ("log_loss", "brier", "roc_auc", "ece")
+LOWER_IS_BETTER = {"log_loss": True, "brier": True, "roc_auc": False, "ece": True}
+W_NAME = "world_model"
+
+
+class EvaluationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question_folds: int = Field(5, ge=2, description="GroupKFold folds over questions")
+    worker_folds: int = Field(5, ge=2, description="GroupKFold folds over workers for the held-out-worker split")
+    held_out_workers: bool = Field(True, description="Run the held-out-worker split")
+    n_bootstrap: int = Field(200, ge=10, description="Question resamples for every interval")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    smoothing: float = Field(
+        20.0, ge=0, description="Pseudo-count pulling a sparse cell's rate toward its parent rate (worker x subject -> worker)"
+    )
+    lambda_cost: float = Field(0.0, ge=0, description="Router score = P(success) - lambda x predicted cost (USD)")
+    routing_pools: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Named worker lists to route among; empty: one pool of the workers that answered nearly every question",
+    )
+    routing_min_coverage: float = Field(
+        0.98, gt=0, le=1, description="Automatic pool: workers answering at least this share of the questions"
+    )
+    model: WorldModelSettings = WorldModelSettings()
+    seed: int = 0
+
+
+# --- report types ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    low: float
+    high: float
+
+    def fmt(self, digits: int = 4) -> str:
+        return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """W minus one baseline on one metric, paired over the same question resamples."""
+
+    baseline: str
+    metric: str
+    difference: Estimate
+
+    @property
+    def w_better(self) -> bool:
+        """The whole interval is on W's good side of 0."""
+        if LOWER_IS_BETTER[self.metric]:
+            return self.difference.high < 0
+        return self.difference.low > 0
+
+    @property
+    def w_worse(self) -> bool:
+        if LOWER_IS_BETTER[self.metric]:
+            return self.difference.low > 0
+        return self.difference.high < 0
+
+
+@dataclass
+class SplitReport:
+    name: str
+    description: str
+    n_rows: int
+    n_questions: int
+    n_workers: int
+    n_folds: int
+    scores: dict[str, dict[str, Estimate]]  # model -> metric -> estimate
+    comparisons: list[Comparison]
+    reliability: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # model -> (mean predicted, observed, count)
+
+    def beats(self, baseline: str, metric: str = "log_loss") -> bool:
+        return next(c.w_better for c in self.comparisons if c.baseline == baseline and c.metric == metric)
+
+    @property
+    def verdict(self) -> str:
+        """One line: does W beat each baseline on log loss, by how much, and is the interval clear of 0."""
+        parts = []
+        for comparison in (c for c in self.comparisons if c.metric == "log_loss"):
+            d = comparison.difference
+            if comparison.w_better or comparison.w_worse:
+                outcome = "BEATS" if comparison.w_better else "LOSES TO"
+                clear = "interval excludes 0"
+            else:
+                outcome, clear = "does not clearly beat", "interval includes 0"
+            parts.append(
+                f"{outcome} {comparison.baseline}: log loss W - baseline {d.value:+.4f} "
+                f"({clear}: [{d.low:+.4f}, {d.high:+.4f}])"
+            )
+        return f"{self.name}: W " + "; ".join(parts)
+
+
+@dataclass
+class RoutingReport:
+    pool: str
+    workers: list[str]
+    n_questions: int
+    accuracy: dict[str, Estimate]  # arm -> accuracy on the held-out questions
+    best_single_worker: str
+    headroom_recovered: Estimate  # (W - best single) / (oracle - best single)
+    lambda_cost: float
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        w = self.accuracy["w_router"]
+        best = self.accuracy["best_single"]
+        oracle = self.accuracy["oracle"]
+        return (
+            f"routing on {self.pool} ({len(self.workers)} workers, {self.n_questions} held-out questions): "
+            f"W-router {w.value:.3f} vs best single {best.value:.3f} ({self.best_single_worker}) vs oracle {oracle.value:.3f}; "
+            f"headroom recovered {self.headroom_recovered.value:+.1%} [{self.headroom_recovered.low:+.1%}, {self.headroom_recovered.high:+.1%}]"
+        )
+
+
+@dataclass
+class WorldModelReport:
+    splits: list[SplitReport]
+    routing: list[RoutingReport]
+    model_summary: dict[str, Any]
+    reliability_png: bytes = b""
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdicts(self) -> list[str]:
+        return [s.verdict for s in self.splits] + [r.verdict for r in self.routing]
+
+    def split(self, name: str) -> SplitReport:
+        return next(s for s in self.splits if s.name == name)
+
+    def metrics_table(self) -> pl.DataFrame:
+        rows = [
+            {"split": s.name, "model": model, "metric": metric, "value": e.value, "low": e.low, "high": e.high}
+            for s in self.splits
+            for model, metrics in s.scores.items()
+            for metric, e in metrics.items()
+        ]
+        return pl.DataFrame(rows)
+
+    def to_markdown(self, image_path: str | None = None) -> str:
+        lines = ["# World model vs marginal baselines", "", "## Verdicts", ""]
+        lines += [f"- {v}" for v in self.verdicts]
+        for s in self.splits:
+            lines += ["", f"## Split `{s.name}`", "", s.description, ""]
+            lines.append(
+                f"{s.n_rows} rows, {s.n_questions} questions, {s.n_workers} workers, {s.n_folds} folds; "
+                f"{self.settings.get('confidence', 0.95):.0%} percentile-bootstrap intervals over questions "
+                "(ECE is biased upward under resampling, so its interval can sit above the point estimate)."
+            )
+            lines += ["", "| model | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+            for model, metrics in s.scores.items():
+                lines.append(f"| {model} | " + " | ".join(metrics[m].fmt() for m in METRICS) + " |")
+            lines += ["", "| W - baseline | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
+            for baseline in dict.fromkeys(c.baseline for c in s.comparisons):
+                cells = []
+                for metric in METRICS:
+                    c = next(c for c in s.comparisons if c.baseline == baseline and c.metric == metric)
+                    mark = " (W better)" if c.w_better else (" (W worse)" if c.w_worse else "")
+                    cells.append(c.difference.fmt() + mark)
+                lines.append(f"| {baseline} | " + " | ".join(cells) + " |")
+        if self.routing:
+            lines += ["", "## Routing value (held-out questions)", ""]
+            for r in self.routing:
+                lines += [f"### Pool `{r.pool}`", "", f"Workers: {', '.join(r.workers)}", ""]
+                lines += ["| arm | accuracy |", "|---|---|"]
+                lines += [f"| {arm} | {e.fmt(3)} |" for arm, e in r.accuracy.items()]
+                lines += ["", f"Share of oracle headroom recovered by the W-router: {r.headroom_recovered.fmt(3)}"]
+                if r.note:
+                    lines += ["", r.note]
+                lines.append("")
+        lines += ["", "## Model", "", *(f"- {k}: {v}" for k, v in self.model_summary.items())]
+        if image_path:
+            lines += ["", f"![reliability diagram]({image_path})"]
+        return "\n".join(lines) + "\n"
+
+
+# --- baselines ---------------------------------------------------------------------------------
+
+
+def _smoothed_rates(
+    train: pl.DataFrame, keys: list[str], parent: pl.DataFrame, parent_keys: list[str], strength: float, name: str
+) -> pl.DataFrame:
+    """Rate per cell, pulled toward the parent cell's rate with `strength` pseudo-counts."""
+    cells = train.group_by(keys).agg(hits=pl.col("y").sum(), n=pl.len())
+    if parent_keys:
+        cells = cells.join(parent, on=parent_keys, how="left")
+    else:
+        cells = cells.join(parent, how="cross")
+    return cells.select(*keys, ((pl.col("hits") + strength * pl.col("parent")) / (pl.col("n") + strength)).alias(name))
+
+
+def baseline_predictions(
+    train: pl.DataFrame, test: pl.DataFrame, seats: Mapping[str, WorkerSeat], smoothing: float, *, held_out_workers: bool
+) -> dict[str, np.ndarray]:
+    """Each baseline's P(success) for the test rows, fitted on the training rows only."""
+
+    def prepared(frame: pl.DataFrame) -> pl.DataFrame:
+        families = {name: seat.family or "unknown" for name, seat in seats.items()}
+        return frame.with_columns(
+            y=pl.col("correct").cast(pl.Float64),
+            group=pl.coalesce("subject", "corpus", pl.lit("unknown")),
+            level_key=pl.col("level").fill_null(-1),
+            family=pl.col("worker").replace_strict(families, default="unknown", return_dtype=pl.String),
+        )
+
+    train, test = prepared(train), prepared(test)
+    global_rate = pl.DataFrame({"parent": [float(train["y"].mean())]})
+    out: dict[str, np.ndarray] = {}
+
+    def attach(rates: pl.DataFrame, keys: list[str], name: str, fallback: pl.Expr) -> np.ndarray:
+        joined = test.select(*keys, row=pl.int_range(pl.len())).join(rates, on=keys, how="left").sort("row")
+        return joined.with_columns(fallback_value=fallback).select(pl.coalesce(name, "fallback_value"))[name].to_numpy()
+
+    g = float(train["y"].mean())
+    if not held_out_workers:
+        worker = _smoothed_rates(train, ["worker"], global_rate, [], smoothing, "p")
+        out["worker_marginal"] = attach(worker, ["worker"], "p", pl.lit(g))
+        worker_parent = worker.rename({"p": "parent"})
+        subject = _smoothed_rates(train, ["worker", "group"], worker_parent, ["worker"], smoothing, "p")
+        subject_pred = attach(subject, ["worker", "group"], "p", pl.lit(None))
+        out["worker_x_subject"] = np.where(np.isnan(subject_pred), out["worker_marginal"], subject_pred)
+        level = _smoothed_rates(
+            train, ["worker", "group", "level_key"], subject.rename({"p": "parent"}), ["worker", "group"], smoothing, "p"
+        )
+        level_pred = attach(level, ["worker", "group", "level_key"], "p", pl.lit(None))
+        out["worker_x_subject_x_level"] = np.where(np.isnan(level_pred), out["worker_x_subject"], level_pred)
+    else:
+        out["global_rate"] = np.full(test.height, g)
+        family = _smoothed_rates(train, ["family"], global_rate, [], smoothing, "p")
+        out["family_marginal"] = np.nan_to_num(attach(family, ["family"], "p", pl.lit(g)), nan=g)
+        question = _smoothed_rates(train, ["question_id"], global_rate, [], 1.0, "p")
+        out["question_rate_other_workers"] = np.nan_to_num(attach(question, ["question_id"], "p", pl.lit(g)), nan=g)
+    return {name: np.nan_to_num(pred.astype(np.float64), nan=g) for name, pred in out.items()}
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+def calibration_bins(p: np.ndarray) -> np.ndarray:
+    """The equal-width probability bin of each prediction (1.0 goes in the top bin)."""
+    return np.minimum((p * CALIBRATION_BINS).astype(np.int64), CALIBRATION_BINS - 1)
+
+
+def expected_calibration_error(
+    y: np.ndarray, p: np.ndarray, weights: np.ndarray | None = None, *, bins: np.ndarray | None = None
+) -> float:
+    """Weighted mean |observed - predicted| over equal-width probability bins (`bins`: precomputed
+    `calibration_bins(p)`, for callers that score many weightings of the same predictions)."""
+    weights = np.ones_like(p) if weights is None else weights
+    bins = calibration_bins(p) if bins is None else bins
+    total = np.bincount(bins, weights, CALIBRATION_BINS)
+    predicted = np.bincount(bins, weights * p, CALIBRATION_BINS)
+    observed = np.bincount(bins, weights * y, CALIBRATION_BINS)
+    return float(np.abs(observed - predicted).sum() / total.sum())
+
+
+def _metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    """Point metrics with scikit-learn."""
+    clipped = np.clip(p, PROBABILITY_EPS, 1 - PROBABILITY_EPS)
+    return {
+        "log_loss": float(log_loss(y, clipped, labels=[0, 1])),
+        "brier": float(brier_score_loss(y, p)),
+        "roc_auc": float(roc_auc_score(y, p)) if len(np.unique(y)) > 1 else float("nan"),
+        "ece": expected_calibration_error(y, p),
+    }
+
+
+class _WeightedMetrics:
+    """The same four metrics under row weights, vectorised for hundreds of bootstrap resamples.
+
+    scikit-learn's per-call validation costs tens of milliseconds, times resamples x models;
+    these equal its weighted results (checked in the tests): ties in ROC AUC count one half.
+    """
+
+    def __init__(self, y: np.ndarray, p: np.ndarray) -> None:
+        self.y = y
+        self.p = p
+        clipped = np.clip(p, PROBABILITY_EPS, 1 - PROBABILITY_EPS)
+        self.row_log_loss = -(y * np.log(clipped) + (1 - y) * np.log(1 - clipped))
+        self.row_brier = (p - y) ** 2
+        _, self.score_rank = np.unique(p, return_inverse=True)  # ascending distinct scores
+        self.n_scores = int(self.score_rank.max()) + 1
+        self.bins = calibration_bins(p)
+
+    def __call__(self, weights: np.ndarray) -> list[float]:
+        total = weights.sum()
+        positives = np.bincount(self.score_rank, weights * self.y, self.n_scores)
+        negatives = np.bincount(self.score_rank, weights * (1 - self.y), self.n_scores)
+        below = np.cumsum(negatives) - negatives
+        pairs = positives.sum() * negatives.sum()
+        auc = float((positives * (below + 0.5 * negatives)).sum() / pairs) if pairs > 0 else float("nan")
+        return [
+            float(weights @ self.row_log_loss / total),
+            float(weights @ self.row_brier / total),
+            auc,
+            expected_calibration_error(self.y, self.p, weights, bins=self.bins),
+        ]
+
+
+def reliability_curve(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    bins = calibration_bins(p)
+    count = np.bincount(bins, minlength=CALIBRATION_BINS).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_p = np.bincount(bins, p, CALIBRATION_BINS) / count
+        observed = np.bincount(bins, y, CALIBRATION_BINS) / count
+    return mean_p, observed, count
+
+
+def _bootstrap_weights(question_codes: np.ndarray, n_questions: int, n: int, seed: int) -> list[np.ndarray]:
+    """Row weights for each resample of questions with replacement (a question drawn twice counts twice)."""
+    rng = np.random.default_rng(seed)
+    return [rng.multinomial(n_questions, np.full(n_questions, 1 / n_questions))[question_codes].astype(float) for _ in range(n)]
+
+
+def score_predictions(
+    y: np.ndarray,
+    predictions: Mapping[str, np.ndarray],
+    question_ids: np.ndarray,
+    *,
+    n_bootstrap: int,
+    confidence: float,
+    seed: int,
+) -> tuple[dict[str, dict[str, Estimate]], list[Comparison]]:
+    """Point metrics and bootstrap intervals per model, and paired W - baseline differences."""
+    _, codes = np.unique(question_ids, return_inverse=True)
+    n_questions = int(codes.max()) + 1
+    resamples = _bootstrap_weights(codes, n_questions, n_bootstrap, seed)
+    point = {name: _metrics(y, p) for name, p in predictions.items()}
+    draws = {}
+    for name, p in predictions.items():
+        weighted = _WeightedMetrics(y, p)
+        draws[name] = np.array([weighted(w) for w in resamples])
+    tail = (1 - confidence) / 2
+
+    def interval(value: float, samples: np.ndarray) -> Estimate:
+        low, high = np.nanquantile(samples, [tail, 1 - tail])
+        return Estimate(value, float(low), float(high))
+
+    scores = {
+        name: {m: interval(point[name][m], draws[name][:, i]) for i, m in enumerate(METRICS)} for name in predictions
+    }
+    comparisons = [
+        Comparison(
+            baseline=name,
+            metric=m,
+            difference=interval(point[W_NAME][m] - point[name][m], draws[W_NAME][:, i] - draws[name][:, i]),
+        )
+        for name in predictions
+        if name != W_NAME
+        for i, m in enumerate(METRICS)
+    ]
+    return scores, comparisons
+
+
+# --- the evaluation ----------------------------------------------------------------------------
+
+
+def _out_of_fold(
+    frame: pl.DataFrame,
+    seats: Mapping[str, WorkerSeat],
+    settings: EvaluationSettings,
+    *,
+    groups: np.ndarray,
+    n_folds: int,
+    held_out_workers: bool,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Out-of-fold predictions of W and the baselines for every row; W's cost predictions too."""
+    n_groups = len(np.unique(groups))
+    folds = GroupKFold(n_splits=min(n_folds, n_groups))
+    predictions: dict[str, np.ndarray] = {}
+    cost = np.full(frame.height, np.nan)
+    model_settings = settings.model
+    if held_out_workers:
+        model_settings = model_settings.model_copy(
+            update={"exclude_features": tuple(sorted({*model_settings.exclude_features, "worker"}))}
+        )
+    for train_idx, test_idx in folds.split(np.zeros(frame.height), groups=groups):
+        train, test = frame[train_idx], frame[test_idx]
+        model = WorldModel.fit(train, seats, model_settings)
+        features = model.features_for(test)  # built once for both boosters (text features are the cost)
+        fold_predictions = {W_NAME: model.success_booster.predict(features, num_threads=1)}
+        if model.cost_booster is not None:
+            cost[test_idx] = np.maximum(model.cost_booster.predict(features), 0.0)
+        fold_predictions |= baseline_predictions(train, test, seats, settings.smoothing, held_out_workers=held_out_workers)
+        for name, values in fold_predictions.items():
+            predictions.setdefault(name, np.full(frame.height, np.nan))[test_idx] = values
+    return predictions, cost
+
+
+def _split_report(
+    name: str,
+    description: str,
+    frame: pl.DataFrame,
+    predictions: dict[str, np.ndarray],
+    n_folds: int,
+    settings: EvaluationSettings,
+) -> SplitReport:
+    y = frame["correct"].cast(pl.Float64).to_numpy()
+    qids = frame["question_id"].to_numpy()
+    scores, comparisons = score_predictions(
+        y, predictions, qids, n_bootstrap=settings.n_bootstrap, confidence=settings.confidence, seed=settings.seed
+    )
+    return SplitReport(
+        name=name,
+        description=description,
+        n_rows=frame.height,
+        n_questions=frame["question_id"].n_unique(),
+        n_workers=frame["worker"].n_unique(),
+        n_folds=n_folds,
+        scores=scores,
+        comparisons=comparisons,
+        reliability={model: reliability_curve(y, p) for model, p in predictions.items()},
+    )
+
+
+def route_held_out(
+    frame: pl.DataFrame,
+    predictions: Mapping[str, np.ndarray],
+    cost: np.ndarray,
+    pool_name: str,
+    workers: Sequence[str] | None,
+    settings: EvaluationSettings,
+) -> RoutingReport | None:
+    """Routers from out-of-fold predictions on questions every pool worker answered."""
+    cells = (
+        frame.with_columns(
+            y=pl.col("correct").cast(pl.Float64),
+            **{f"pred_{name}": pl.Series(values) for name, values in predictions.items()},
+            pred_cost=pl.Series(np.nan_to_num(cost, nan=0.0)),
+        )
+        .group_by("question_id", "worker")
+        .agg(pl.col("y").mean(), *(pl.col(f"pred_{n}").mean() for n in predictions), pl.col("pred_cost").mean())
+    )
+    n_all = cells["question_id"].n_unique()
+    if workers is None:
+        coverage = cells.group_by("worker").agg(share=pl.len() / n_all)
+        workers = sorted(coverage.filter(pl.col("share") >= settings.routing_min_coverage)["worker"].to_list())
+    workers = list(workers)
+    if len(workers) < 2:
+        return None
+    cells = cells.filter(pl.col("worker").is_in(workers))
+    complete = cells.group_by("question_id").agg(pl.len().alias("n")).filter(pl.col("n") == len(workers))["question_id"]
+    cells = cells.filter(pl.col("question_id").is_in(complete.implode())).sort("question_id", "worker")
+    n_questions = complete.len()
+    if n_questions == 0:
+        return None
+    order = {w: i for i, w in enumerate(sorted(workers))}
+    y = cells["y"].to_numpy().reshape(n_questions, len(order))
+
+    def routed(score_column: str, *, with_cost: bool = False) -> np.ndarray:
+        score = cells[score_column].to_numpy().reshape(n_questions, len(order))
+        if with_cost and settings.lambda_cost > 0:
+            score = score - settings.lambda_cost * cells["pred_cost"].to_numpy().reshape(n_questions, len(order))
+        return y[np.arange(n_questions), score.argmax(axis=1)]
+
+    per_question = {
+        "w_router": routed(f"pred_{W_NAME}", with_cost=True),
+        **{f"{name}_router": routed(f"pred_{name}") for name in predictions if name != W_NAME},
+        "oracle": y.max(axis=1),
+    }
+    means = y.mean(axis=0)
+    best_index = int(means.argmax())
+    best_worker = sorted(order)[best_index]
+    per_question["best_single"] = y[:, best_index]
+    per_question["mean_worker"] = y.mean(axis=1)
+
+    rng = np.random.default_rng(settings.seed)
+    draws = [rng.integers(0, n_questions, n_questions) for _ in range(settings.n_bootstrap)]
+    tail = (1 - settings.confidence) / 2
+
+    def estimate(values: np.ndarray) -> Estimate:
+        samples = np.array([values[d].mean() for d in draws])
+        low, high = np.quantile(samples, [tail, 1 - tail])
+        return Estimate(float(values.mean()), float(low), float(high))
+
+    def recovered(draw: np.ndarray | slice) -> float:
+        w, oracle = per_question["w_router"][draw].mean(), per_question["oracle"][draw].mean()
+        # The best single worker is re-chosen on each resample, as it would be on that sample.
+        best = y[draw].mean(axis=0).max()
+        return float((w - best) / (oracle - best)) if oracle > best else float("nan")
+
+    recovered_samples = np.array([recovered(d) for d in draws])
+    low, high = np.nanquantile(recovered_samples, [tail, 1 - tail]) if np.isfinite(recovered_samples).any() else (np.nan, np.nan)
+    note = ""
+    if settings.lambda_cost > 0 and np.all(cost != cost):
+        note = "lambda_cost was set but the telemetry has no cost: the W-router ranked on P(success) alone."
+    return RoutingReport(
+        pool=pool_name,
+        workers=sorted(order),
+        n_questions=n_questions,
+        accuracy={arm: estimate(values) for arm, values in per_question.items()},
+        best_single_worker=best_worker,
+        headroom_recovered=Estimate(recovered(slice(None)), float(low), float(high)),
+        lambda_cost=settings.lambda_cost,
+        note=note,
+    )
+
+
+def reliability_png(splits: Sequence[SplitReport]) -> bytes:
+    """A reliability diagram per split (matplotlib Agg), as PNG bytes for the UI."""
+    import matplotlib  # noqa: PLC0415 (plotting only when a report is built)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 5), squeeze=False)
+    for axis, split in zip(axes[0], splits):
+        axis.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
+        for model, (mean_p, observed, count) in split.reliability.items():
+            shown = count > 0
+            axis.plot(mean_p[shown], observed[shown], marker="o", markersize=3, label=model)
+        axis.set_title(f"{split.name} (out of fold)")
+        axis.set_xlabel("predicted P(success)")
+        axis.set_ylabel("observed success rate")
+        axis.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def evaluate_world_model(
+    frame: pl.DataFrame,
+    seats: Mapping[str, WorkerSeat],
+    settings: EvaluationSettings | None = None,
+    *,
+    full_model: WorldModel | None = None,
+) -> WorldModelReport:
+    """Every split, every baseline, the routing arms; `full_model` (fitted on all rows, else fitted
+    here) only supplies the summary, never a prediction that is scored."""
+    settings = settings or EvaluationSettings()
+    frame = normalize_training_frame(frame).filter(pl.col("correct").is_not_null())
+    question_groups = frame["question_id"].to_numpy()
+    predictions, cost = _out_of_fold(
+        frame, seats, settings, groups=question_groups, n_folds=settings.question_folds, held_out_workers=False
+    )
+    splits = [
+        _split_report(
+            "questions",
+            "GroupKFold over questions: no question on both sides. Baselines are fitted per fold on the training questions.",
+            frame,
+            predictions,
+            settings.question_folds,
+            settings,
+        )
+    ]
+    routing: list[RoutingReport] = []
+    # An empty worker list asks for the automatic pool (workers that answered nearly every question).
+    pools: dict[str, Sequence[str] | None] = {
+        name: (workers or None) for name, workers in (settings.routing_pools or {"complete_workers": []}).items()
+    }
+    for pool_name, workers in pools.items():
+        report = route_held_out(frame, predictions, cost, pool_name, workers, settings)
+        if report is not None:
+            routing.append(report)
+    if settings.held_out_workers and frame["worker"].n_unique() >= 2 * min(settings.worker_folds, 3):
+        worker_groups = frame["worker"].to_numpy()
+        held_predictions, _ = _out_of_fold(
+            frame, seats, settings, groups=worker_groups, n_folds=settings.worker_folds, held_out_workers=True
+        )
+        splits.append(
+            _split_report(
+                "held_out_workers",
+                "GroupKFold over workers: W never sees the test workers and has no worker-identity feature; it "
+                "predicts them from catalogue attributes (family, size, prices) and the question. Baselines: "
+                "global rate, family rate, and the question's rate among training workers.",
+                frame,
+                held_predictions,
+                settings.worker_folds,
+                settings,
+            )
+        )
+    full_model = full_model or WorldModel.fit(frame, seats, settings.model)
+    return WorldModelReport(
+        splits=splits,
+        routing=routing,
+        model_summary=full_model.summary() | {"top_features": list(full_model.feature_importance())[:8]},
+        reliability_png=reliability_png(splits),
+        settings=settings.model_dump(),
+    )

@@ -1,0 +1,96 @@
+"""Where the pipeline uses W: in-context predictions, and pruning GRPO questions with an audit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from conductor_pipeline.pools.config import WorkerSeat
+from conductor_pipeline.records import Question
+from conductor_pipeline.world_model.model import WorldModel
+
+# Pruning: skip a question when W predicts every shown worker above HIGH (all solve) or below LOW.
+PRUNE_LOW, PRUNE_HIGH = 0.05, 0.95
+
+
+def prompt_predictor(
+    model: WorldModel, seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat]
+) -> Callable[[Question], dict[str, float]]:
+    """question -> {seat name: P(success)} for the conductor prompt's catalogue.
+
+    Seats that are the conductor itself (recursion) get no number: W knows workers, not the policy.
+    """
+    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
+    workers = [seat for seat in seat_list if seat.backend != "conductor"]
+
+    def predict(question: Question) -> dict[str, float]:
+        return predicted_success_for_prompt(model, question, workers)
+
+    return predict
+
+
+def predicted_success_for_prompt(
+    model: WorldModel, question: Question | str, seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat]
+) -> dict[str, float]:
+    """worker name -> W's P(success) on the question, for the conductor prompt's catalogue lines."""
+    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
+    predicted = model.predict_success([question], seat_list)[0]
+    return {seat.name: round(float(p), 3) for seat, p in zip(seat_list, predicted)}
+
+
+def prune_zero_variance(
+    model: WorldModel,
+    questions: Sequence[Question],
+    seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat],
+    *,
+    low: float = PRUNE_LOW,
+    high: float = PRUNE_HIGH,
+) -> tuple[list[Question], list[Question]]:
+    """Split GRPO questions into (kept, skipped): skipped ones W predicts every worker solves
+    (all P > high) or none solves (all P < low), so their rollout groups would likely carry zero
+    reward variance and no gradient. Audit the skip with `audit_pruning` once rewards are known.
+    """
+    if not 0 <= low < high <= 1:
+        raise ValueError(f"need 0 <= low < high <= 1, got low={low}, high={high}")
+    if not questions:
+        return [], []
+    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
+    predicted = model.predict_success(list(questions), seat_list)
+    all_solve = (predicted > high).all(axis=1)
+    none_solve = (predicted < low).all(axis=1)
+    skip = all_solve | none_solve
+    kept = [q for q, s in zip(questions, skip) if not s]
+    skipped = [q for q, s in zip(questions, skip) if s]
+    return kept, skipped
+
+
+@dataclass(frozen=True)
+class PruningAudit:
+    """How many skipped questions really had zero reward variance when their rollouts were observed."""
+
+    skipped: int
+    observed: int
+    really_zero_variance: int
+
+    @property
+    def precision(self) -> float | None:
+        return self.really_zero_variance / self.observed if self.observed else None
+
+    def describe(self) -> str:
+        share = f"{self.precision:.0%}" if self.precision is not None else "n/a"
+        return (
+            f"skipped {self.skipped} questions; rewards observed for {self.observed}; "
+            f"{self.really_zero_variance} of those really had zero reward variance ({share})"
+        )
+
+
+def audit_pruning(
+    skipped: Sequence[Question | str], observed_rewards: Mapping[str, Sequence[float]], *, tolerance: float = 1e-9
+) -> PruningAudit:
+    """Check the pruning decision against observed rollout rewards (question_id -> group rewards)."""
+    ids = [q.question_id if isinstance(q, Question) else q for q in skipped]
+    observed = [observed_rewards[qid] for qid in ids if qid in observed_rewards and len(observed_rewards[qid]) > 0]
+    zero = sum(1 for rewards in observed if float(np.ptp(np.asarray(rewards, dtype=float))) <= tolerance)
+    return PruningAudit(skipped=len(ids), observed=len(observed), really_zero_variance=zero)

@@ -1,0 +1,118 @@
+"""An OpenAI-endpoint conductor against a real `transformers serve` server on 127.0.0.1, serving
+the tiny offline model. Its random weights write no valid workflow, and the pipeline must say so
+(a named parse code, scored wrong, not an infrastructure failure) while recording the server's
+own token usage for every conductor call."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.conductor.policies import OpenAIEndpointPolicy
+from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
+from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.records import Question
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.workflow import PARSE_CODES
+
+STARTUP_TIMEOUT_S = 120.0  # imports FastAPI, uvicorn and torch on a shared 2-core machine
+
+
+class NeverCalled:
+    """A Worker that fails the test if a step ever reaches it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def call(self, request):
+        raise AssertionError(f"worker {self.name} called although no workflow parsed")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served_tiny_model(tmp_path_factory):
+    model_dir = build_tiny_causal_lm(tmp_path_factory.mktemp("tiny") / "model")
+    port = _free_port()
+    cli = Path(sys.executable).with_name("transformers")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(cli), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            stdout=sink, stderr=subprocess.STDOUT, env=env,
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"transformers serve exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"transformers serve did not start in {STARTUP_TIMEOUT_S}s: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}/v1", str(model_dir)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_endpoint_conductor_on_transformers_serve_is_recorded_with_its_parse_code(served_tiny_model, tmp_path):
+    base_url, model = served_tiny_model
+    pool = PoolConfig(
+        name="served-conductor",
+        workers=[WorkerSeat(name=n, backend="replay", replay_source="zeroeval", model=n, description=f"worker {n}")
+                 for n in ("a", "b")],
+    )
+    questions = [
+        Question(question_id=f"q{i}", corpus="math", split="test", problem=f"What is {i} + {i}?", answer=str(2 * i))
+        for i in range(2)
+    ]
+    warehouse = Warehouse(tmp_path / "w.duckdb")
+
+    async def main():
+        policy = OpenAIEndpointPolicy(base_url, model)
+        workers = {"a": NeverCalled("a"), "b": NeverCalled("b")}
+        orchestrator = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
+        try:
+            return await run_arm(
+                orchestrator, ConductorArm("served", policy, max_new_tokens=32, examples=()), questions,
+                run_id="eval-served-tiny",
+            )
+        finally:
+            await policy.aclose()
+
+    records = asyncio.run(main())
+    assert len(records) == 2
+    for record in records:
+        assert record.parse_code in PARSE_CODES and record.parse_code != "ok"
+        assert record.correct is False and record.infra_failure is False
+    calls = warehouse.query("SELECT kind, prompt_tokens, completion_tokens, response FROM calls")
+    assert calls["kind"].to_list() == ["conductor", "conductor"]
+    assert all(p > 0 for p in calls["prompt_tokens"]) and all(0 < c <= 32 for c in calls["completion_tokens"])

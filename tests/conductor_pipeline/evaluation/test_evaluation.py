@@ -1,0 +1,241 @@
+"""The eval slice and leak check, baseline routers, arms through the orchestrator, and the tables."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import polars as pl
+import pytest
+
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.conductor.policies import PolicyError, PolicyOutput
+from conductor_pipeline.evaluation.arms import ConductorArm, RouterArm, SoloArm, run_arm
+from conductor_pipeline.evaluation.routers import (
+    BestSingleRouter,
+    CalibrationError,
+    OracleRouter,
+    RandomRouter,
+    choose_best_single,
+    solo_verdicts,
+)
+from conductor_pipeline.evaluation.slices import assert_no_leak, eval_slice, find_leaks
+from conductor_pipeline.evaluation.tables import (
+    arm_table,
+    common_questions,
+    decompose_gap,
+    decomposition_inputs,
+    n_label,
+    parse_code_histogram,
+    running_gap,
+    worker_usage,
+)
+from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.records import CallRequest, CallResult, CallStatus, Question
+from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
+from conductor_pipeline.warehouse import Warehouse
+
+IDS = [f"test/algebra/{i}.json" for i in range(400)]
+EVAL_IDS = [q for q in IDS if split_of(q) == "eval"]
+TRAIN_IDS = [q for q in IDS if split_of(q) == "train"]
+
+
+def test_eval_slice_takes_the_first_eval_split_ids_in_id_order_and_records_the_split():
+    chosen = eval_slice(reversed(IDS), size=30)
+    assert chosen.question_ids == tuple(sorted(EVAL_IDS)[:30])
+    assert all(split_of(q) == "eval" for q in chosen.question_ids)
+    assert chosen.planned_size == 30 and chosen.split_fingerprint == split_fingerprint()
+    small = eval_slice(EVAL_IDS[:10], size=400)
+    assert small.size == 10 and small.planned_size == 400
+    hashed = eval_slice(IDS, size=30, order="hashed")
+    assert set(hashed.question_ids) <= set(EVAL_IDS) and hashed.question_ids != chosen.question_ids
+
+
+def test_leak_check_names_training_calibration_and_train_split_ids():
+    chosen = eval_slice(IDS, size=20).question_ids
+    assert_no_leak(chosen, training_ids=TRAIN_IDS, calibration_ids=TRAIN_IDS[:50])
+    leaks = find_leaks(chosen, training_ids=[chosen[0]], calibration_ids=[chosen[1]])
+    assert leaks["training"] == [chosen[0]] and leaks["calibration"] == [chosen[1]]
+    with pytest.raises(SplitLeakError, match="calibration"):
+        assert_no_leak(chosen, calibration_ids=[chosen[3]])
+    with pytest.raises(SplitLeakError, match="train_split"):
+        assert_no_leak([TRAIN_IDS[0]])
+
+
+def test_best_single_is_chosen_on_the_train_split_only():
+    rows = []
+    for q in IDS:
+        on_eval = split_of(q) == "eval"
+        # On eval questions "cheat" would win; on the calibration (train) split "honest" wins.
+        rows.append({"question_id": q, "worker": "honest", "successes": 0 if on_eval else 3, "samples": 3})
+        rows.append({"question_id": q, "worker": "cheat", "successes": 3 if on_eval else 1, "samples": 3})
+    choice = choose_best_single(pl.DataFrame(rows), ["honest", "cheat"])
+    assert choice.worker == "honest"
+    assert choice.calibration_question_ids == frozenset(TRAIN_IDS)
+    assert choice.accuracies["cheat"] == pytest.approx(1 / 3)
+    with pytest.raises(CalibrationError):
+        choose_best_single(pl.DataFrame(rows).filter(pl.col("question_id").is_in(EVAL_IDS)), ["honest", "cheat"])
+
+
+def test_random_router_is_seeded_and_oracle_routes_to_a_solver():
+    question = Question(question_id="q1", corpus="math", split="test", problem="p", answer="1")
+    router = RandomRouter(("a", "b", "c"), seed=3)
+    picks = {router.route(question, r).steps[0].worker for r in range(30)}
+    assert picks == {"a", "b", "c"}
+    assert router.route(question, 5) == RandomRouter(("a", "b", "c"), seed=3).route(question, 5)
+    verdicts = solo_verdicts(
+        [{"question_id": "q1", "worker": "a", "correct": False}, {"question_id": "q1", "worker": "c", "correct": True}]
+    )
+    assert OracleRouter(verdicts, fallback="a").route(question).steps[0].worker == "c"
+    assert OracleRouter({}, fallback="a").route(question).steps[0].worker == "a"
+
+
+# ------------------------------------------------------------------- arms through the orchestrator
+
+
+@dataclass
+class SolverWorker:
+    """Answers correctly exactly on `solves`; `down` questions stay transient (provider outage)."""
+
+    name: str
+    solves: frozenset[str]
+    down: frozenset[str] = frozenset()
+
+    async def call(self, request: CallRequest) -> CallResult:
+        qid = request.question.question_id
+        if qid in self.down:
+            return CallResult(status=CallStatus.TRANSIENT, error="503 after retries")
+        answer = request.question.answer if qid in self.solves else "-1"
+        return CallResult(
+            status=CallStatus.OK, response=f"\\boxed{{{answer}}}", prompt_tokens=10, completion_tokens=10,
+            cost_usd=0.01 if self.name == "big" else 0.001, latency_s=1.0,
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+@dataclass
+class RoutingPolicy:
+    """A conductor that always picks Model 1 ("big"), except on every 4th question: junk."""
+
+    name: str = "routing"
+
+    async def propose(self, messages, *, n=1, temperature, max_new_tokens, seed=None):
+        text = messages[-1]["content"]
+        junk = any(f"problem {i}?" in text for i in range(0, 200, 4))
+        body = "no plan" if junk else 'model_id = [1]\nsubtasks = ["Solve the problem."]\naccess_list = [[]]'
+        return [PolicyOutput(text=body, prompt_tokens=50, completion_tokens=20, latency_s=0.2)] * n
+
+    async def aclose(self) -> None:
+        return None
+
+
+class DownPolicy:
+    name = "down"
+
+    async def propose(self, messages, *, n=1, temperature, max_new_tokens, seed=None):
+        raise PolicyError("endpoint failed after 4 attempts: HTTP 503")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def seat(name: str) -> WorkerSeat:
+    return WorkerSeat(name=name, backend="replay", replay_source="zeroeval", model=name, description=f"the {name} one")
+
+
+def test_arms_tables_running_gap_and_decomposition(tmp_path):
+    questions = [
+        Question(question_id=f"q{i:03d}", corpus="math", split="test", problem=f"problem {i}?", answer=str(i))
+        for i in range(80)
+    ]
+    ids = [q.question_id for q in questions]
+    pool = PoolConfig(name="eval-test", workers=[seat("small"), seat("big")])
+    workers = {
+        "small": SolverWorker("small", frozenset(ids[:30]) | frozenset(ids[70:])),
+        "big": SolverWorker("big", frozenset(ids[20:70]), down=frozenset({ids[5]})),
+    }
+    warehouse = Warehouse(tmp_path / "w.duckdb")
+    run_id = "eval-test-run"
+
+    async def main():
+        orch = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
+        for worker in ("small", "big"):
+            await run_arm(orch, SoloArm(worker), questions, run_id=run_id, repeats=2)
+        solo = warehouse.query(
+            "SELECT question_id, workers[1] AS worker, correct FROM workflows WHERE arm LIKE 'solo:%'"
+        )
+        arms = [
+            RouterArm(RandomRouter(("small", "big"), seed=1)),
+            RouterArm(BestSingleRouter(_choice("big"))),
+            RouterArm(OracleRouter(solo_verdicts(solo.iter_rows(named=True)), fallback="big")),
+            ConductorArm("routing", RoutingPolicy()),
+        ]
+        for arm in arms:
+            await run_arm(orch, arm, questions, run_id=run_id, repeats=2)
+        # A rerun skips what is recorded: nothing new is executed.
+        done = frozenset(warehouse.query("SELECT workflow_id FROM workflows")["workflow_id"].to_list())
+        again = await run_arm(orch, SoloArm("small"), questions, run_id=run_id, repeats=2, skip_workflow_ids=done)
+        assert again == []
+        down = await run_arm(orch, ConductorArm("down", DownPolicy()), questions[:3], run_id="other", repeats=1)
+        assert all(r.infra_failure and r.parse_code == "not_run" for r in down)
+
+    asyncio.run(main())
+    # The conductor's failed calls are kept, unscored, with the provider's error.
+    failed = warehouse.query("SELECT status, correct, error FROM calls WHERE run_id = 'other' AND kind = 'conductor'")
+    assert failed.height == 3 and failed["status"].unique().to_list() == ["transient"]
+    assert failed["correct"].null_count() == 3 and all("HTTP 503" in e for e in failed["error"])
+    workflows = warehouse.query("SELECT * FROM workflows WHERE run_id = $r", {"r": run_id})
+    assert workflows.height == 80 * 2 * 6
+    common = common_questions(workflows)
+    assert len(common) == 79 and ids[5] not in common  # big was down on q005 in every arm that used it
+
+    tokens = warehouse.query(
+        "SELECT workflow_id, sum(prompt_tokens + completion_tokens)::DOUBLE AS tokens FROM calls GROUP BY ALL"
+    )
+    table = arm_table(workflows, planned_size=100, call_tokens=tokens, slice_order=ids)
+    by_arm = {row["arm"]: row for row in table.iter_rows(named=True)}
+    assert by_arm["solo:big"]["accuracy"] == pytest.approx(50 / 79)
+    assert by_arm["solo:small"]["accuracy"] == pytest.approx(39 / 79)
+    assert by_arm["oracle"]["accuracy"] == pytest.approx(79 / 79)
+    assert by_arm["best_single"]["accuracy"] == pytest.approx(50 / 79)
+    assert by_arm["solo:big"]["se"] == pytest.approx(0.0)  # identical repeats: no spread
+    assert by_arm["solo:big"]["ci_low"] <= by_arm["solo:big"]["accuracy"] <= by_arm["solo:big"]["ci_high"]
+    assert by_arm["conductor:routing"]["tokens_per_question"] == pytest.approx((79 * 70 + 59 * 20) / 79)
+    assert by_arm["solo:big"]["cost_per_question"] == pytest.approx(0.01)
+    assert "stopped early: 80 of 100" in by_arm["oracle"]["n_label"]
+    assert by_arm["conductor:routing"]["mean_steps"] == pytest.approx(1.0)
+
+    histogram = parse_code_histogram(workflows.filter(pl.col("arm") == "conductor:routing"))
+    assert dict(histogram.select("parse_code", "workflows").iter_rows()) == {"ok": 118, "no_workflow": 40}
+    usage = worker_usage(workflows.filter(pl.col("arm") == "random"))
+    assert usage["share"].sum() == pytest.approx(1.0) and set(usage["worker"]) == {"small", "big"}
+
+    gap = running_gap(workflows, slice_order=ids)
+    assert sorted(set(gap["n"])) == [50, 75]
+    assert set(gap["best_solo"]) == {"solo:big"}
+    assert gap.filter(pl.col("arm") == "solo:big")["gap"].to_list() == [0.0, 0.0]
+
+    solo, conductor = decomposition_inputs(workflows, "conductor:routing", common)
+    row = decompose_gap(solo, conductor)
+    assert row["n_questions"] == 79 and row["best_worker"] == "big"
+    assert row["oracle"] == pytest.approx(1.0)
+    assert row["unparseable"] == pytest.approx(20 / 79)
+    assert row["solvable_unparseable"] + row["solvable_reached_solver"] + row["solvable_only_non_solvers"] == 79
+
+
+def _choice(worker: str):
+    from conductor_pipeline.evaluation.routers import BestSingleChoice
+
+    return BestSingleChoice(worker=worker, accuracies={worker: 1.0}, calibration_question_ids=frozenset())
+
+
+def test_n_label_says_when_a_run_stopped_early():
+    assert n_label(400, 400, 400) == "n=400 of 400 planned"
+    assert "stopped early: 120 of 400" in n_label(118, 120, 400)
+    assert "2 excluded" in n_label(398, 400, 400)
+    # a slice smaller than planned because the split has fewer questions is not an early stop
+    assert n_label(384, 384, 400, available=384) == "n=384 of 400 planned (the eval split holds only 384 eligible questions)"
+    assert "stopped early: 100 of 384" in n_label(100, 100, 400, available=384)

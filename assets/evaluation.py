@@ -24,7 +24,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from assets.metadata import figure_png, latest_metadata, png_markdown
+from assets.metadata import latest_metadata, png_markdown
 from assets.probing import pass_rates
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.evaluation.arms import ConductorArm, EvalRunSummary, RouterArm, SoloArm, run_arm
@@ -49,6 +49,7 @@ from conductor_pipeline.evaluation.tables import (
     running_gap,
     worker_usage,
 )
+from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.probing.pass_rates import pass_rate_table
@@ -113,8 +114,6 @@ class EvalArmsConfig(dg.Config):
         0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost (USD); 0 ranks on success alone"
     )
     world_model_threads: int = Field(2, ge=1, description="LightGBM threads for fitting the train-split W")
-
-
 
 
 def _eval_questions(store: Warehouse, config: EvalArmsConfig, workers: dict) -> tuple[list[Question], bool]:
@@ -397,53 +396,6 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
-
-
-def accuracy_cost_plot(table: pl.DataFrame) -> bytes:
-    """PNG: accuracy (95% interval) against cost per question, one point per arm."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    figure, axis = plt.subplots(figsize=(7.5, 4.8))
-    # Arms with the same point (best_single is one of the solo arms) share one label instead of overprinting.
-    labels: dict[tuple[float, float], list[str]] = {}
-    for row in table.iter_rows(named=True):
-        cost = row["cost_per_question"] or 0.0
-        axis.errorbar(
-            cost, row["accuracy"], yerr=[[row["accuracy"] - row["ci_low"]], [row["ci_high"] - row["accuracy"]]],
-            fmt="o", capsize=3,
-        )
-        labels.setdefault((round(cost, 9), round(row["accuracy"], 9)), []).append(row["arm"])
-    for (cost, accuracy), arms in labels.items():
-        axis.annotate(" = ".join(arms), (cost, accuracy), fontsize=8, xytext=(5, 3), textcoords="offset points")
-    axis.set_xlabel("cost per question (USD)")
-    axis.set_ylabel("accuracy (share correct, 95% CI)")
-    axis.set_title(f"accuracy vs cost per arm ({table['n_label'][0] if table.height else 'no rows'})", fontsize=9)
-    axis.grid(alpha=0.3)
-    return figure_png(figure)
-
-
-def running_gap_plot(gap: pl.DataFrame) -> bytes:
-    """PNG: each arm's gap to the best solo worker at every 25-question boundary."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    figure, axis = plt.subplots(figsize=(8.0, 4.5))
-    for arm in sorted(gap["arm"].unique().to_list()) if gap.height else []:
-        rows = gap.filter(pl.col("arm") == arm).sort("n")
-        axis.plot(rows["n"].to_list(), rows["gap"].to_list(), marker="o", markersize=3, label=arm)
-    axis.axhline(0.0, color="grey", linewidth=0.8)
-    axis.set_xlabel("questions scored (slice order)")
-    axis.set_ylabel("accuracy gap to best solo worker")
-    axis.set_title("running gap to the best single worker (0 = as good as the best worker alone)", fontsize=9)
-    axis.grid(alpha=0.3)
-    if gap.height:  # outside the axes: inside, eleven arms' legend covered the curves
-        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return figure_png(figure, tight_bbox=True)
 
 
 def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:

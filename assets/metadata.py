@@ -2,24 +2,9 @@
 reading back what an asset's latest materialization published."""
 
 import base64
-import io
 from collections.abc import Mapping
 
 import dagster as dg
-
-# 80 dpi left 7-pt tick labels unreadable in the UI; 110 keeps them sharp at a modest size.
-PLOT_DPI = 110
-
-
-def figure_png(figure, *, tight_bbox: bool = False) -> bytes:
-    """Render a matplotlib figure to PNG bytes and close it (figures left open leak memory)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=PLOT_DPI, bbox_inches="tight" if tight_bbox else None)
-    plt.close(figure)
-    return buffer.getvalue()
 
 
 def png_markdown_text(png: bytes, alt: str) -> str:

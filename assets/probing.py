@@ -20,7 +20,8 @@ import polars as pl
 from pydantic import Field
 from tabulate import tabulate
 
-from assets.metadata import figure_png, png_markdown
+from assets.metadata import png_markdown
+from conductor_pipeline.plots import PASS_RATE_BINS, pass_rate_plot
 from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig, load_pool
 from conductor_pipeline.probing.ceilings import pool_ceilings
@@ -34,8 +35,6 @@ GROUP = "probing"
 # Log progress at most this often: a replay probe completes thousands of calls per second.
 PROGRESS_LOG_INTERVAL_S = 5.0
 STATUSES = ("ok", "truncated", "empty", "transient", "terminal", "not_recorded")
-# Pass-rate histogram bins: 11 bins so that k/10 sample fractions land in their own bin.
-PASS_RATE_BINS = np.linspace(0.0, 1.0, 12)
 
 # Partitions follow the pool the definitions load with; a run checks its keys against the pool it uses.
 PROBE_PARTITIONS = dg.StaticPartitionsDefinition(load_pool(default_pool_name()).worker_names)
@@ -209,30 +208,6 @@ def pass_rate_histogram(rates: pl.DataFrame, workers: Sequence[str]) -> str:
         rows.append([worker, *counts.tolist()])
     headers = ["worker", *(f"{lo:.2f}-{hi:.2f}" for lo, hi in zip(PASS_RATE_BINS[:-1], PASS_RATE_BINS[1:]))]
     return tabulate(rows, headers=headers, tablefmt="github")
-
-
-def pass_rate_plot(rates: pl.DataFrame, workers: Sequence[str], title: str) -> bytes:
-    """PNG: one pass-rate histogram per worker (the questions each finds easy, hard, or a coin flip)."""
-    import matplotlib  # noqa: PLC0415 (plotting only here)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    columns = min(3, max(1, len(workers)))
-    rows = math.ceil(len(workers) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), squeeze=False, sharex=True)
-    for axis, worker in zip(axes.flat, workers):
-        values = rates.filter(pl.col("worker") == worker)["pass_rate"].to_numpy()
-        axis.hist(values, bins=PASS_RATE_BINS, color="#4472c4", edgecolor="white")
-        mean = values.mean() if len(values) else float("nan")
-        axis.set_title(f"{worker} (mean {mean:.2f}, n={len(values)})", fontsize=8)
-        axis.tick_params(labelsize=7)
-    for axis in list(axes.flat)[len(workers):]:
-        axis.axis("off")
-    figure.supxlabel("pass rate per question", fontsize=8)
-    figure.supylabel("questions", fontsize=8)
-    figure.suptitle(title, fontsize=9)
-    return figure_png(figure)
 
 
 @dg.asset(

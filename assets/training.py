@@ -32,7 +32,7 @@ from pydantic import Field
 from tabulate import tabulate
 
 from assets.deployment import GPU_POOL  # training, probe and warm start share one GPU: one step at a time
-from assets.metadata import figure_png, png_markdown
+from assets.metadata import png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
 from conductor_pipeline.conductor.orchestrator import Orchestrator
@@ -46,6 +46,7 @@ from conductor_pipeline.conductor.prompt import (
     displayed_worker_names,
 )
 from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.pools.governor import Governor
@@ -363,53 +364,6 @@ def _fmt(value: object, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _code_rates(frame: pl.DataFrame) -> dict[str, list[float]]:
-    """Per parse failure code: its share of scored rollouts at each step (from the JSON tallies)."""
-    tallies = [json.loads(raw) if raw else {} for raw in frame["parse_codes"].to_list()]
-    codes = sorted({c for t in tallies for c in t} - {"ok", "infrastructure"})
-    totals = [sum(n for c, n in t.items() if c != "infrastructure") or 1 for t in tallies]
-    return {code: [t.get(code, 0) / total for t, total in zip(tallies, totals, strict=True)] for code in codes}
-
-
-def training_curves_png(frame: pl.DataFrame, title: str, threshold: float | None = None) -> bytes:
-    """PNG: reward mean +- std, zero-variance fraction, parse-failure rate by code, completion length."""
-    import matplotlib  # noqa: PLC0415 (plotting only here)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    steps = frame["step"].to_numpy()
-
-    def column(name: str):
-        return frame[name].cast(pl.Float64).fill_null(float("nan")).to_numpy()
-
-    figure, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
-    reward, std = column("reward_mean"), column("reward_std")
-    axes[0, 0].plot(steps, reward, marker=".", color="#4472c4")
-    axes[0, 0].fill_between(steps, reward - std, reward + std, alpha=0.2, color="#4472c4")
-    axes[0, 0].set_title("reward (mean +- std over rollouts)", fontsize=9)
-    axes[0, 1].plot(steps, column("frac_zero_std"), marker=".", color="#c00000")
-    if threshold is not None:
-        axes[0, 1].axhline(threshold, linestyle="--", color="grey", label=f"gate: < {threshold:.2f}")
-        axes[0, 1].legend(fontsize=7)
-    group = frame["group_size"].drop_nulls()
-    axes[0, 1].set_title(f"zero-variance groups (group size {group[0] if len(group) else '?'})", fontsize=9)
-    axes[0, 1].set_ylim(-0.02, 1.02)
-    axes[1, 0].plot(steps, column("parse_fail_rate"), marker=".", color="black", label="all codes")
-    for code, rates in _code_rates(frame).items():
-        axes[1, 0].plot(steps, rates, linewidth=1, label=code)
-    axes[1, 0].set_title("parse-failure rate by code", fontsize=9)
-    axes[1, 0].set_ylim(-0.02, 1.02)
-    axes[1, 0].legend(fontsize=6)
-    axes[1, 1].plot(steps, column("completion_length"), marker=".", color="#548235")
-    axes[1, 1].set_title("mean completion length (tokens)", fontsize=9)
-    for axis in axes.flat:
-        axis.tick_params(labelsize=7)
-    figure.supxlabel("step", fontsize=8)
-    figure.suptitle(title, fontsize=10)
-    return figure_png(figure)
-
-
 def _curve_metadata(store: Warehouse, run_id: str, title: str, png_path: Path, threshold: float | None = None) -> dict:
     frame = store.query_file("training_steps_of_run", {"run_id": run_id})
     if frame.is_empty():
@@ -590,23 +544,6 @@ def _flat_groups(rewards: Mapping[str, Sequence[float]]) -> dict[str, int]:
     return {"observed": len(observed), "zero_variance": sum(1 for r in observed if max(r) - min(r) < 1e-9)}
 
 
-def _loss_png(history: list[dict]) -> bytes | None:
-    points = [(h["step"], h["loss"]) for h in history if "loss" in h and "step" in h]
-    if not points:
-        return None
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    figure, axis = plt.subplots(figsize=(5, 3))
-    axis.plot(*zip(*points, strict=True), marker=".")
-    axis.set_xlabel("step")
-    axis.set_ylabel("SFT loss (workflow tokens)")
-    axis.set_title("warm start: supervised loss", fontsize=9)
-    return figure_png(figure)
-
-
 @dg.asset(group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"})
 def warm_start_policy(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
@@ -660,7 +597,7 @@ def warm_start_policy(
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
     )
-    png = _loss_png(history)
+    png = sft_loss_png(history)
     if png is not None:
         metadata["loss_curve"] = png_markdown(png, "SFT loss")
     return dg.MaterializeResult(metadata=metadata)

@@ -20,7 +20,6 @@ oracle headroom recovered, (W - best single) / (oracle - best single), like Rout
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 from sklearn.model_selection import GroupKFold
 
+from conductor_pipeline.plots import reliability_png
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.world_model.data import normalize_training_frame
 from conductor_pipeline.world_model.features import WorldModelSettings
@@ -540,30 +540,6 @@ def route_held_out(
         lambda_cost=settings.lambda_cost,
         note=note,
     )
-
-
-def reliability_png(splits: Sequence[SplitReport]) -> bytes:
-    """A reliability diagram per split (matplotlib Agg), as PNG bytes for the UI."""
-    import matplotlib  # noqa: PLC0415 (plotting only when a report is built)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 5), squeeze=False)
-    for axis, split in zip(axes[0], splits):
-        axis.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
-        for model, (mean_p, observed, count) in split.reliability.items():
-            shown = count > 0
-            axis.plot(mean_p[shown], observed[shown], marker="o", markersize=3, label=model)
-        axis.set_title(f"{split.name} (out of fold)")
-        axis.set_xlabel("predicted P(success)")
-        axis.set_ylabel("observed success rate")
-        axis.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 def evaluate_world_model(

@@ -1,0 +1,175 @@
+"""Every plot the pipeline publishes, as PNG bytes: the assets put them inline in the Dagster UI.
+
+One module so the matplotlib setup (headless Agg backend, one DPI, figures always closed) is written
+once; each function takes plain frames or reports from the library and returns PNG bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from conductor_pipeline.world_model.evaluation import SplitReport
+
+# 80 dpi left 7-pt tick labels unreadable in the UI; 110 keeps them sharp at a modest size.
+PLOT_DPI = 110
+
+# Pass-rate histogram bins: 11 bins so that k/10 sample fractions land in their own bin.
+PASS_RATE_BINS = np.linspace(0.0, 1.0, 12)
+
+
+def pyplot():
+    """matplotlib.pyplot on the headless Agg backend (imported on first use: plotting is rare)."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def figure_png(figure, *, tight_bbox: bool = False) -> bytes:
+    """Render a matplotlib figure to PNG bytes and close it (figures left open leak memory)."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=PLOT_DPI, bbox_inches="tight" if tight_bbox else None)
+    pyplot().close(figure)
+    return buffer.getvalue()
+
+
+def pass_rate_plot(rates: pl.DataFrame, workers: Sequence[str], title: str) -> bytes:
+    """PNG: one pass-rate histogram per worker (the questions each finds easy, hard, or a coin flip)."""
+    plt = pyplot()
+    columns = min(3, max(1, len(workers)))
+    rows = math.ceil(len(workers) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), squeeze=False, sharex=True)
+    for axis, worker in zip(axes.flat, workers):
+        values = rates.filter(pl.col("worker") == worker)["pass_rate"].to_numpy()
+        axis.hist(values, bins=PASS_RATE_BINS, color="#4472c4", edgecolor="white")
+        mean = values.mean() if len(values) else float("nan")
+        axis.set_title(f"{worker} (mean {mean:.2f}, n={len(values)})", fontsize=8)
+        axis.tick_params(labelsize=7)
+    for axis in list(axes.flat)[len(workers):]:
+        axis.axis("off")
+    figure.supxlabel("pass rate per question", fontsize=8)
+    figure.supylabel("questions", fontsize=8)
+    figure.suptitle(title, fontsize=9)
+    return figure_png(figure)
+
+
+def _code_rates(frame: pl.DataFrame) -> dict[str, list[float]]:
+    """Per parse failure code: its share of scored rollouts at each step (from the JSON tallies)."""
+    tallies = [json.loads(raw) if raw else {} for raw in frame["parse_codes"].to_list()]
+    codes = sorted({c for t in tallies for c in t} - {"ok", "infrastructure"})
+    totals = [sum(n for c, n in t.items() if c != "infrastructure") or 1 for t in tallies]
+    return {code: [t.get(code, 0) / total for t, total in zip(tallies, totals, strict=True)] for code in codes}
+
+
+def training_curves_png(frame: pl.DataFrame, title: str, threshold: float | None = None) -> bytes:
+    """PNG: reward mean +- std, zero-variance fraction, parse-failure rate by code, completion length."""
+    plt = pyplot()
+    steps = frame["step"].to_numpy()
+
+    def column(name: str):
+        return frame[name].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+    figure, axes = plt.subplots(2, 2, figsize=(9, 5.5), sharex=True)
+    reward, std = column("reward_mean"), column("reward_std")
+    axes[0, 0].plot(steps, reward, marker=".", color="#4472c4")
+    axes[0, 0].fill_between(steps, reward - std, reward + std, alpha=0.2, color="#4472c4")
+    axes[0, 0].set_title("reward (mean +- std over rollouts)", fontsize=9)
+    axes[0, 1].plot(steps, column("frac_zero_std"), marker=".", color="#c00000")
+    if threshold is not None:
+        axes[0, 1].axhline(threshold, linestyle="--", color="grey", label=f"gate: < {threshold:.2f}")
+        axes[0, 1].legend(fontsize=7)
+    group = frame["group_size"].drop_nulls()
+    axes[0, 1].set_title(f"zero-variance groups (group size {group[0] if len(group) else '?'})", fontsize=9)
+    axes[0, 1].set_ylim(-0.02, 1.02)
+    axes[1, 0].plot(steps, column("parse_fail_rate"), marker=".", color="black", label="all codes")
+    for code, rates in _code_rates(frame).items():
+        axes[1, 0].plot(steps, rates, linewidth=1, label=code)
+    axes[1, 0].set_title("parse-failure rate by code", fontsize=9)
+    axes[1, 0].set_ylim(-0.02, 1.02)
+    axes[1, 0].legend(fontsize=6)
+    axes[1, 1].plot(steps, column("completion_length"), marker=".", color="#548235")
+    axes[1, 1].set_title("mean completion length (tokens)", fontsize=9)
+    for axis in axes.flat:
+        axis.tick_params(labelsize=7)
+    figure.supxlabel("step", fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    return figure_png(figure)
+
+
+def sft_loss_png(history: list[dict]) -> bytes | None:
+    points = [(h["step"], h["loss"]) for h in history if "loss" in h and "step" in h]
+    if not points:
+        return None
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(5, 3))
+    axis.plot(*zip(*points, strict=True), marker=".")
+    axis.set_xlabel("step")
+    axis.set_ylabel("SFT loss (workflow tokens)")
+    axis.set_title("warm start: supervised loss", fontsize=9)
+    return figure_png(figure)
+
+
+def accuracy_cost_plot(table: pl.DataFrame) -> bytes:
+    """PNG: accuracy (95% interval) against cost per question, one point per arm."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    # Arms with the same point (best_single is one of the solo arms) share one label instead of overprinting.
+    labels: dict[tuple[float, float], list[str]] = {}
+    for row in table.iter_rows(named=True):
+        cost = row["cost_per_question"] or 0.0
+        axis.errorbar(
+            cost, row["accuracy"], yerr=[[row["accuracy"] - row["ci_low"]], [row["ci_high"] - row["accuracy"]]],
+            fmt="o", capsize=3,
+        )
+        labels.setdefault((round(cost, 9), round(row["accuracy"], 9)), []).append(row["arm"])
+    for (cost, accuracy), arms in labels.items():
+        axis.annotate(" = ".join(arms), (cost, accuracy), fontsize=8, xytext=(5, 3), textcoords="offset points")
+    axis.set_xlabel("cost per question (USD)")
+    axis.set_ylabel("accuracy (share correct, 95% CI)")
+    axis.set_title(f"accuracy vs cost per arm ({table['n_label'][0] if table.height else 'no rows'})", fontsize=9)
+    axis.grid(alpha=0.3)
+    return figure_png(figure)
+
+
+def running_gap_plot(gap: pl.DataFrame) -> bytes:
+    """PNG: each arm's gap to the best solo worker at every 25-question boundary."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(8.0, 4.5))
+    for arm in sorted(gap["arm"].unique().to_list()) if gap.height else []:
+        rows = gap.filter(pl.col("arm") == arm).sort("n")
+        axis.plot(rows["n"].to_list(), rows["gap"].to_list(), marker="o", markersize=3, label=arm)
+    axis.axhline(0.0, color="grey", linewidth=0.8)
+    axis.set_xlabel("questions scored (slice order)")
+    axis.set_ylabel("accuracy gap to best solo worker")
+    axis.set_title("running gap to the best single worker (0 = as good as the best worker alone)", fontsize=9)
+    axis.grid(alpha=0.3)
+    if gap.height:  # outside the axes: inside, eleven arms' legend covered the curves
+        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return figure_png(figure, tight_bbox=True)
+
+
+def reliability_png(splits: Sequence[SplitReport]) -> bytes:
+    """A reliability diagram per split (matplotlib Agg), as PNG bytes for the UI."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 5), squeeze=False)
+    for axis, split in zip(axes[0], splits):
+        axis.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfect calibration")
+        for model, (mean_p, observed, count) in split.reliability.items():
+            shown = count > 0
+            axis.plot(mean_p[shown], observed[shown], marker="o", markersize=3, label=model)
+        axis.set_title(f"{split.name} (out of fold)")
+        axis.set_xlabel("predicted P(success)")
+        axis.set_ylabel("observed success rate")
+        axis.legend(fontsize=7, loc="upper left")
+    return figure_png(fig)

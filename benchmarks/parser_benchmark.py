@@ -1,8 +1,8 @@
 """Parse 100k typical conductor outputs and print the time (target: under 5 s).
 
 Typical output: 1-2k characters of reasoning with LaTeX braces and apostrophes, then a workflow
-in one of the accepted forms; about 15% fail in the ways phase-0 saw (the reproduced prompted
-conductor had 14.7% unparseable). Side by side, a naive baseline on the same texts: regex for the
+in one of the accepted forms; about 15% fail, the rate Coryphaeus's prompted conductor showed
+(14.7% unparseable; docs/ARCHITECTURE.md, References). Side by side, a naive baseline on the same texts: regex for the
 three assignments plus `ast.literal_eval`, with no validation at all; the ratio says what the
 strictness and the no-eval decoder cost.
 

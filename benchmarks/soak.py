@@ -42,7 +42,7 @@ from conductor_pipeline.workflow import Step, Workflow, render_workflow  # noqa:
 
 RESULTS_FILE = Path(__file__).resolve().parent / "RESULTS-reliability.md"
 # Knobs, with their reason:
-FAULT_RATE = 0.20  # the soak level, split evenly over every fault kind the server has
+FAULT_RATE = 0.20  # one call in five faulted, split evenly over every fault kind the server has
 ALL_FAULT_KINDS = [kind for kind in FaultKind if kind is not FaultKind.OK]
 SEATS = ("w0", "w1", "w2")
 SEAT_CONCURRENCY = 24  # x 3 seats, under the pool-wide 64: the governor's both limits are exercised

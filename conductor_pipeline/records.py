@@ -31,7 +31,7 @@ class Question:
 
 
 class CallStatus(StrEnum):
-    """Every model call gets exactly one of these (DESIGN.md, "Worker pools")."""
+    """Every model call gets exactly one of these; only ok, truncated, empty and terminal are scored."""
 
     OK = "ok"
     TRUNCATED = "truncated"  # finish_reason == "length": the answer may be cut mid-thought

@@ -30,7 +30,7 @@ WRITABLE_TABLES = ("questions", "calls", "workflows", "training_steps")
 
 @cache
 def load_sql(name: str) -> str:
-    """The text of `sql/<name>.sql`. Names, not strings, so SQL lives in files (DESIGN.md)."""
+    """The text of `sql/<name>.sql`. Names, not strings: SQL lives in reviewable files, never in f-strings."""
     path = SQL_DIR / f"{name}.sql"
     if not path.is_file():
         raise FileNotFoundError(f"no SQL file named {name!r} (looked for {path})")

@@ -1,4 +1,4 @@
--- The telemetry warehouse (DESIGN.md, "The telemetry warehouse").
+-- The telemetry warehouse (docs/ARCHITECTURE.md, "The warehouse"): names and columns are a contract.
 -- Every statement is idempotent so the schema can be applied on every connection.
 -- Primary keys make writes idempotent: a rerun after a crash inserts OR IGNOREs by key.
 

@@ -1,4 +1,5 @@
-"""`sql/conductor_decomposition.sql` on hand-made outcomes shaped like the reproduced phase-0.
+"""`sql/conductor_decomposition.sql` on hand-made outcomes shaped like Coryphaeus's published
+prompted-conductor result (docs/ARCHITECTURE.md, References).
 
 150 questions; q9 (best single) solves 88 = 58.7%; the union of solvers covers 99 = 66.0%;
 the conductor gets 71 right = 47.3%; 22 workflows (14.7%) do not parse; 71 of 128 parsed = 55.5%.

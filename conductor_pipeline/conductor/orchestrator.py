@@ -143,7 +143,7 @@ class Orchestrator:
         self.worker_names: list[str] = pool.worker_names
         self.displayed_names: list[str] = list(displayed_worker_names(self.worker_names, naming))
         self._real_name = dict(zip(self.displayed_names, self.worker_names, strict=True))
-        self._conductor_seats = {s.name for s in pool.workers if s.backend == "conductor"}
+        self._conductor_seats = {s.name for s in pool.workers if s.is_conductor}
         missing = [n for n in self.worker_names if n not in self._conductor_seats and n not in self.workers]
         if missing:
             raise ValueError(f"no Worker object for seats {missing} of pool {pool.name!r}")
@@ -332,7 +332,7 @@ class Orchestrator:
         for index, step in enumerate(workflow.steps):
             messages = self._step_messages(question, state.outcomes, step)
             seat = self.pool.seat(step.worker)
-            if seat.backend == "conductor":
+            if seat.is_conductor:
                 result = await self._recurse(
                     question, workflow, state, seat, workflow_id=workflow_id,
                     root_workflow_id=root_workflow_id, run_id=run_id,

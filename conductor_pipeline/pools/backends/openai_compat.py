@@ -180,7 +180,7 @@ class OpenAICompatWorker:
         rng: random.Random | None = None,
     ) -> None:
         if not seat.endpoint:
-            hint = " (a vllm seat gets one from VllmLauncherResource.launch())" if seat.backend == "vllm" else ""
+            hint = " (a vllm seat gets one from VllmLauncherResource.launch())" if seat.is_vllm else ""
             raise ValueError(f"worker {seat.name!r} has no endpoint{hint}")
         self.name = seat.name
         self.seat = seat

@@ -158,7 +158,7 @@ class ReplayWorker:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.seat.backend != "replay" or self.seat.replay_source is None:
+        if not self.seat.is_replay or self.seat.replay_source is None:
             raise ValueError(f"worker {self.seat.name!r} is not a replay seat")
         self.name = self.seat.name
         self.source = self.seat.replay_source

@@ -31,7 +31,7 @@ from conductor_pipeline.conductor.prompt import (
     displayed_worker_names,
 )
 from conductor_pipeline.grading import Grade, grade
-from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
 from conductor_pipeline.records import (
@@ -517,9 +517,8 @@ def _sample_for(worker: Worker, repeat: int) -> int:
     Live workers sample anew on every call whatever the index; replay seats hold a fixed number
     of recordings, and asking past them would turn every later repeat into `not_recorded`.
     """
-    recorded = getattr(worker, "samples_recorded", None)
-    if isinstance(recorded, int) and recorded > 0:
-        return repeat % recorded
+    if isinstance(worker, RecordedWorker) and worker.samples_recorded > 0:
+        return repeat % worker.samples_recorded
     return repeat
 
 

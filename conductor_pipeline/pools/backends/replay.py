@@ -147,7 +147,7 @@ def routerdc_sample_correct(model: str, question_id: str, sample: int, n_correct
 
 @dataclass
 class ReplayWorker:
-    """A pool seat that replays recorded answers (the Worker protocol).
+    """A pool seat that replays recorded answers (the `RecordedWorker` protocol).
 
     `data_path` overrides the registry file (tests, mirrors); `seed` fixes RouterDC's
     sample-to-verdict assignment.

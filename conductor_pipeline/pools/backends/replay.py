@@ -2,7 +2,7 @@
 
 Replay makes routing (which worker for which question) measurable and trainable at zero
 cost: a call about question q returns the recording for q whatever the subtask text says,
-so decomposition and access lists have no effect (DESIGN.md, "Worker pools").
+so decomposition and access lists have no effect.
 
 Two sources:
 

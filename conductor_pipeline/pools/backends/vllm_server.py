@@ -5,10 +5,9 @@ The seats are then called like any other OpenAI-compatible endpoint (`openai_sea
 imports vllm: the launcher only builds the command line of the `vllm` executable, which is why
 this module loads (and its tests run) on machines without the `gpu` extra.
 
-Several seats can share one GPU (the reproduced phase-0 served q2/q4/q9 side by side): each
-server claims `gpu_memory_utilization` of the GPU's memory, so `VllmPool` refuses fractions that
-sum to 1 or more, and starts the servers one after another because vLLM profiles free memory
-at start-up.
+Several seats can share one GPU: each server claims `gpu_memory_utilization` of the GPU's
+memory, so `VllmPool` refuses fractions that sum to 1 or more, and starts the servers one after
+another because vLLM profiles free memory at start-up.
 """
 
 from __future__ import annotations

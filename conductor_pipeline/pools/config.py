@@ -56,7 +56,9 @@ class VllmSeatConfig(BaseModel):
 class WorkerSeat(BaseModel):
     """One worker in a pool."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # `backend` is kept as the plain string the pool file holds (a `Backend` value), so a dumped
+    # seat is again a valid pool-file entry (YAML cannot represent the enum member).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$", description="Unique within the pool")
     backend: Backend

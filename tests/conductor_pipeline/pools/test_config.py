@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from conductor_pipeline.pools.config import Backend, WorkerSeat, load_pool
 
@@ -14,10 +17,14 @@ SEATS = {
 }
 
 
-def test_the_backend_string_of_a_pool_file_is_parsed_into_its_member() -> None:
+def test_the_backend_of_a_pool_file_is_a_backend_value_and_dumps_back_into_a_pool_file(tmp_path: Path) -> None:
     assert set(SEATS) == {backend.value for backend in Backend}
     for text, seat in SEATS.items():
-        assert seat.backend is Backend(text) and seat.backend == text
+        assert seat.backend == Backend(text) and seat.backend == text
+    path = tmp_path / "dumped.yaml"
+    dumped = [seat.model_dump(exclude_none=True) for seat in SEATS.values()]
+    path.write_text(yaml.safe_dump({"name": "dumped", "workers": dumped}))
+    assert load_pool(path).workers == list(SEATS.values())
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ class VllmLauncherResource(ConfigurableResource):
                 log_path=log_dir / f"vllm-{seat.name}.log" if log_dir else None,
             )
             for seat in pool.workers
-            if seat.backend == "vllm"
+            if seat.is_vllm
         ])
         with servers:
             yield servers.served_pool(pool)

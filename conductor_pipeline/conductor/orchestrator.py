@@ -31,7 +31,7 @@ from conductor_pipeline.conductor.prompt import (
     displayed_worker_names,
 )
 from conductor_pipeline.grading import Grade, grade
-from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
 from conductor_pipeline.records import (
@@ -143,7 +143,7 @@ class Orchestrator:
         self.worker_names: list[str] = pool.worker_names
         self.displayed_names: list[str] = list(displayed_worker_names(self.worker_names, naming))
         self._real_name = dict(zip(self.displayed_names, self.worker_names, strict=True))
-        self._conductor_seats = {s.name for s in pool.workers if s.backend == "conductor"}
+        self._conductor_seats = {s.name for s in pool.workers if s.is_conductor}
         missing = [n for n in self.worker_names if n not in self._conductor_seats and n not in self.workers]
         if missing:
             raise ValueError(f"no Worker object for seats {missing} of pool {pool.name!r}")
@@ -332,7 +332,7 @@ class Orchestrator:
         for index, step in enumerate(workflow.steps):
             messages = self._step_messages(question, state.outcomes, step)
             seat = self.pool.seat(step.worker)
-            if seat.backend == "conductor":
+            if seat.is_conductor:
                 result = await self._recurse(
                     question, workflow, state, seat, workflow_id=workflow_id,
                     root_workflow_id=root_workflow_id, run_id=run_id,
@@ -517,9 +517,8 @@ def _sample_for(worker: Worker, repeat: int) -> int:
     Live workers sample anew on every call whatever the index; replay seats hold a fixed number
     of recordings, and asking past them would turn every later repeat into `not_recorded`.
     """
-    recorded = getattr(worker, "samples_recorded", None)
-    if isinstance(recorded, int) and recorded > 0:
-        return repeat % recorded
+    if isinstance(worker, RecordedWorker) and worker.samples_recorded > 0:
+        return repeat % worker.samples_recorded
     return repeat
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -17,7 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from conductor_pipeline.paths import POOLS_DIR
 
-Backend = Literal["openai", "vllm", "replay", "conductor"]
+
+class Backend(StrEnum):
+    """Who answers a seat's calls: the `backend` value a pool file names.
+
+    `pools.backends.registry.WORKER_BUILDERS` maps each one to the function that builds its Worker.
+    """
+
+    OPENAI = "openai"  # any OpenAI-compatible /v1 endpoint (hosted, or a server started elsewhere)
+    VLLM = "vllm"  # a local `vllm serve` started by the vLLM launcher, then called as an `openai` seat
+    REPLAY = "replay"  # recorded answers of a real model (zero cost, deterministic)
+    CONDUCTOR = "conductor"  # the conductor itself (recursion): answered by the conductor policy, never a Worker
 
 
 class PoolConfigError(ValueError):
@@ -45,7 +56,9 @@ class VllmSeatConfig(BaseModel):
 class WorkerSeat(BaseModel):
     """One worker in a pool."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # `backend` is kept as the plain string the pool file holds (a `Backend` value), so a dumped
+    # seat is again a valid pool-file entry (YAML cannot represent the enum member).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$", description="Unique within the pool")
     backend: Backend
@@ -72,11 +85,31 @@ class WorkerSeat(BaseModel):
 
     @model_validator(mode="after")
     def _backend_needs(self) -> WorkerSeat:
-        if self.backend == "openai" and not self.endpoint:
+        if self.needs_endpoint and not self.endpoint:
             raise ValueError("an openai seat needs `endpoint`")
-        if self.backend == "replay" and self.replay_source is None:
+        if self.is_replay and self.replay_source is None:
             raise ValueError("a replay seat needs `replay_source` (zeroeval or routerdc)")
         return self
+
+    @property
+    def is_conductor(self) -> bool:
+        """The conductor itself as a seat: the orchestrator answers it with its conductor policy, no Worker does."""
+        return self.backend == Backend.CONDUCTOR
+
+    @property
+    def is_replay(self) -> bool:
+        """Answered from recordings: no latency is measured and token counts are estimates."""
+        return self.backend == Backend.REPLAY
+
+    @property
+    def is_vllm(self) -> bool:
+        """Served by a local `vllm serve` that the vLLM launcher starts (and which gives it its endpoint)."""
+        return self.backend == Backend.VLLM
+
+    @property
+    def needs_endpoint(self) -> bool:
+        """The pool file itself must give `endpoint` (a vllm seat gets its own from the launcher)."""
+        return self.backend == Backend.OPENAI
 
     def cost_usd(self, prompt_tokens: int | None, completion_tokens: int | None) -> float:
         """Price of one call from its token counts."""

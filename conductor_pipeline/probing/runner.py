@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from conductor_pipeline.grading import grade_many
-from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
 from conductor_pipeline.records import CallRecord, CallRequest, CallResult, CallStatus, ChatMessage, Question, stable_id
@@ -122,7 +122,7 @@ def plan_probes(
     pending: list[_Planned] = []
     already = unrecorded = 0
     for name, worker in workers.items():
-        covers: Callable[[str, int], bool] | None = getattr(worker, "covers", None) if only_recorded else None
+        covers = worker.covers if only_recorded and isinstance(worker, RecordedWorker) else None
         for question in questions:
             for sample in range(sample_offset, sample_offset + samples):
                 call_id = probe_call_id(pool.name, question.question_id, name, sample)

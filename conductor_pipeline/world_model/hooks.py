@@ -23,7 +23,7 @@ def prompt_predictor(
     Seats that are the conductor itself (recursion) get no number: W knows workers, not the policy.
     """
     seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
-    workers = [seat for seat in seat_list if seat.backend != "conductor"]
+    workers = [seat for seat in seat_list if not seat.is_conductor]
 
     def predict(question: Question) -> dict[str, float]:
         return predicted_success_for_prompt(model, question, workers)

@@ -105,7 +105,7 @@ class WorldModel:
         model.cost_booster, model.cost_info = _fit_regressor(
             frame, "cost_usd", features, groups, kept_names, categorical, settings, mask=None
         )
-        replay_workers = [name for name, seat in seats.items() if seat.backend == "replay"]
+        replay_workers = [name for name, seat in seats.items() if seat.is_replay]
         real_latency = ~frame["worker"].is_in(replay_workers).to_numpy()
         model.latency_booster, model.latency_info = _fit_regressor(
             frame, "latency_s", features, groups, kept_names, categorical, settings, mask=real_latency

@@ -1,5 +1,5 @@
 """Worker backends: every way a pool seat can answer a call (openai-compatible HTTP, vLLM, replay)."""
 
-from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
 
-__all__ = ["Worker"]
+__all__ = ["RecordedWorker", "Worker"]

@@ -50,9 +50,8 @@ DEFAULT_MAX_CONNECTIONS = 256
 
 
 # Connections per transport shard (see `ShardedTransport`): httpcore 1.x re-scans its whole pool
-# once per idle connection on every request (O(n^2) in pool size: 15 ms of CPU per request at 64
-# connections), so the pool is split into shards this small and the scan stays cheap. 4 beat 8
-# and 16 on CPU per request at C=256 in benchmarks/probing_benchmark.py; 2 was no better.
+# once per idle connection on every request (O(n^2) in pool size), so the pool is split into
+# shards this small and the scan stays cheap.
 CONNECTIONS_PER_SHARD = 4
 
 
@@ -79,9 +78,8 @@ class _CountedStream(httpx.AsyncByteStream):
 class ShardedTransport(httpx.AsyncBaseTransport):
     """One logical connection pool made of small httpx pools; each request goes to the least busy.
 
-    It exists only to sidestep httpcore 1.x's quadratic pool bookkeeping at high concurrency
-    (measured in benchmarks/RESULTS-probing.md); behaviour is otherwise that of one
-    `httpx.AsyncHTTPTransport` with `max_connections` connections.
+    It exists only to sidestep httpcore 1.x's quadratic pool bookkeeping at high concurrency;
+    behaviour is otherwise that of one `httpx.AsyncHTTPTransport` with `max_connections` connections.
     """
 
     def __init__(self, max_connections: int, per_shard: int = CONNECTIONS_PER_SHARD) -> None:
@@ -180,7 +178,7 @@ class OpenAICompatWorker:
         rng: random.Random | None = None,
     ) -> None:
         if not seat.endpoint:
-            hint = " (a vllm seat gets one from VllmLauncherResource.launch())" if seat.backend == "vllm" else ""
+            hint = " (a vllm seat gets one from VllmLauncherResource.launch())" if seat.is_vllm else ""
             raise ValueError(f"worker {seat.name!r} has no endpoint{hint}")
         self.name = seat.name
         self.seat = seat

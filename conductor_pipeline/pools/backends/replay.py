@@ -2,7 +2,7 @@
 
 Replay makes routing (which worker for which question) measurable and trainable at zero
 cost: a call about question q returns the recording for q whatever the subtask text says,
-so decomposition and access lists have no effect (DESIGN.md, "Worker pools").
+so decomposition and access lists have no effect.
 
 Two sources:
 
@@ -147,7 +147,7 @@ def routerdc_sample_correct(model: str, question_id: str, sample: int, n_correct
 
 @dataclass
 class ReplayWorker:
-    """A pool seat that replays recorded answers (the Worker protocol).
+    """A pool seat that replays recorded answers (the `RecordedWorker` protocol).
 
     `data_path` overrides the registry file (tests, mirrors); `seed` fixes RouterDC's
     sample-to-verdict assignment.
@@ -158,7 +158,7 @@ class ReplayWorker:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.seat.backend != "replay" or self.seat.replay_source is None:
+        if not self.seat.is_replay or self.seat.replay_source is None:
             raise ValueError(f"worker {self.seat.name!r} is not a replay seat")
         self.name = self.seat.name
         self.source = self.seat.replay_source

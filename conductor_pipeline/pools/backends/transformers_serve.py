@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from conductor_pipeline.pools.backends.local_server import DEFAULT_STOP_GRACE_S, LocalServerProcess, free_port
-from conductor_pipeline.pools.config import WorkerSeat
+from conductor_pipeline.pools.config import Backend, WorkerSeat
 
 # Importing torch + transformers and loading even a tiny model takes 10-30 s on a busy 2-core box.
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
@@ -74,4 +74,4 @@ class TransformersServer(LocalServerProcess):
 
     def bind_seat(self, seat: WorkerSeat) -> WorkerSeat:
         """`seat` pointed at this server (endpoint and model id), as an `openai` seat."""
-        return seat.model_copy(update={"backend": "openai", "endpoint": self.base_url, "model": self.model_id})
+        return seat.model_copy(update={"backend": Backend.OPENAI, "endpoint": self.base_url, "model": self.model_id})

@@ -5,10 +5,9 @@ The seats are then called like any other OpenAI-compatible endpoint (`openai_sea
 imports vllm: the launcher only builds the command line of the `vllm` executable, which is why
 this module loads (and its tests run) on machines without the `gpu` extra.
 
-Several seats can share one GPU (the reproduced phase-0 served q2/q4/q9 side by side): each
-server claims `gpu_memory_utilization` of the GPU's memory, so `VllmPool` refuses fractions that
-sum to 1 or more, and starts the servers one after another because vLLM profiles free memory
-at start-up.
+Several seats can share one GPU: each server claims `gpu_memory_utilization` of the GPU's
+memory, so `VllmPool` refuses fractions that sum to 1 or more, and starts the servers one after
+another because vLLM profiles free memory at start-up.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from conductor_pipeline.pools.backends.local_server import (
     LocalServerError,
     LocalServerProcess,
 )
-from conductor_pipeline.pools.config import PoolConfig, VllmSeatConfig, WorkerSeat
+from conductor_pipeline.pools.config import Backend, PoolConfig, VllmSeatConfig, WorkerSeat
 
 VLLM_EXECUTABLE: tuple[str, ...] = ("vllm",)
 # Loading weights, profiling memory and capturing CUDA graphs takes minutes for a 7B model.
@@ -76,7 +75,7 @@ class VllmServer(LocalServerProcess):
 
     def openai_seat(self) -> WorkerSeat:
         """The same seat as an `openai` seat pointing at this server."""
-        return self.seat.model_copy(update={"backend": "openai", "endpoint": self.base_url, "vllm": None})
+        return self.seat.model_copy(update={"backend": Backend.OPENAI, "endpoint": self.base_url, "vllm": None})
 
 
 class VllmPool:
@@ -98,7 +97,7 @@ class VllmPool:
     @classmethod
     def from_pool(cls, pool: PoolConfig, **server_options: object) -> VllmPool:
         """Servers for every `vllm` seat of `pool` (options go to each `VllmServer`)."""
-        return cls([VllmServer(seat, **server_options) for seat in pool.workers if seat.backend == "vllm"])
+        return cls([VllmServer(seat, **server_options) for seat in pool.workers if seat.is_vllm])
 
     def served_pool(self, pool: PoolConfig) -> PoolConfig:
         """`pool` with each served seat turned into an `openai` seat on its running server."""

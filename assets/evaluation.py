@@ -6,8 +6,8 @@ rows into the arm table, usage shares, parse codes, the running gap and the gap 
 A blocking check fails when a question used for training or for choosing the best single
 worker appears in the eval slice, or when the world model that routes (the W-router arm) or
 fills conductor prompts saw an eval-split question: that W is fitted here, on the warehouse's
-scored rows of TRAIN-split questions for this pool's workers (LightGBM on a few thousand rows,
-seconds), not loaded from the `world_model` asset, whose W saw every question.
+scored rows of TRAIN-split questions for this pool's workers (a small LightGBM fit), not loaded
+from the `world_model` asset, whose W saw every question.
 
 The default conductor is the tiny offline HF model (random weights, CPU): it is here to prove
 the path end to end and is shown as the weak arm it is; configure a checkpoint or an endpoint
@@ -16,71 +16,52 @@ on the `conductor` resource for a real result.
 
 # No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
 import asyncio
-import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 from pydantic import Field
 
-from assets.metadata import latest_metadata, png_markdown
+from assets.metadata import latest_metadata_value, png_markdown
 from assets.probing import pass_rates
-from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.evaluation.arms import ConductorArm, EvalRunSummary, RouterArm, SoloArm, run_arm
-from conductor_pipeline.evaluation.routers import (
-    BestSingleChoice,
-    BestSingleRouter,
-    OracleRouter,
-    RandomRouter,
-    WorldModelRouter,
-    choose_best_single,
-    solo_verdicts,
+from assets.world_model import WorldModelFitConfig, train_split_world_model_path
+from conductor_pipeline.evaluation.arms import EvalRunSummary
+from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
+from conductor_pipeline.evaluation.routers import WorldModelRouter, choose_best_single
+from conductor_pipeline.evaluation.slices import (
+    DEFAULT_SLICE_SIZE,
+    eval_candidates,
+    eval_slice,
+    find_leaks,
+    training_question_ids,
 )
-from conductor_pipeline.evaluation.slices import DEFAULT_SLICE_SIZE, eval_slice, find_leaks
 from conductor_pipeline.evaluation.tables import (
+    GAP_FIRST_N,
     arm_table,
+    arm_table_markdown,
     common_questions,
-    decompose_gap,
-    decomposition_inputs,
+    conductor_decompositions,
+    decomposition_markdown,
     markdown_table,
     parse_code_histogram,
     routing_value,
+    routing_value_table,
     running_gap,
     worker_usage,
 )
 from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
-from conductor_pipeline.pools.config import PoolConfig
-from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.probing.pass_rates import pass_rate_table
-from conductor_pipeline.probing.runner import select_questions
-from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.data import load_training_frame
-from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.hooks import prompt_predictor
-from conductor_pipeline.world_model.model import WorldModel, fit_on_train_split
+from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "evaluation"
-# Column headers a reader sees in the arm table (units in the header, not in a code name).
-ARM_TABLE_HEADERS = {
-    "arm": "arm", "n_label": "n", "repeats": "repeats", "accuracy": "accuracy", "se": "SE",
-    "ci_low": "95% CI low", "ci_high": "95% CI high", "cost_per_question": "cost / question (USD)",
-    "latency_per_question_s": "latency / question (s)", "tokens_per_question": "tokens / question",
-    "mean_steps": "steps / workflow", "parse_ok_share": "parsed share",
-}
-# Read from the event log when present (see `_latest_metadata`), never required.
+# Read from the event log when present (`latest_metadata_value`), never required.
 CHECKPOINT_ASSET = "conductor_checkpoint"
 CONTESTED_SET_ASSET = "contested_set"
-# Every evaluation run id starts with this, so training-question queries can tell runs apart.
-EVAL_RUN_PREFIX = "eval-"
-W_ROUTER_ARM = "w_router"
-# Where the train-split W of a pool is saved (next to the `world_model` asset's all-data W).
-TRAIN_SPLIT_W_SUFFIX = "-train-split.pkl"
 
 
 class EvalArmsConfig(dg.Config):
@@ -113,39 +94,17 @@ class EvalArmsConfig(dg.Config):
     w_router_lambda_cost: float = Field(
         0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost (USD); 0 ranks on success alone"
     )
-    world_model_threads: int = Field(2, ge=1, description="LightGBM threads for fitting the train-split W")
-
-
-def _eval_questions(store: Warehouse, config: EvalArmsConfig, workers: dict) -> tuple[list[Question], bool]:
-    """Candidate questions; restricted to what every replay seat recorded when asked (and possible)."""
-    questions = select_questions(
-        store, corpora=[config.corpus], splits=config.splits, math_levels=config.math_levels, limit=None
+    world_model: WorldModelFitConfig = Field(
+        default_factory=WorldModelFitConfig,
+        description="Knobs of the train-split W that routes the W-router and fills '+W' conductor prompts",
     )
-    coverages = [getattr(w, "question_ids", None) for w in workers.values()]
-    if config.only_recorded and coverages and all(c is not None for c in coverages):
-        covered = frozenset.intersection(*map(frozenset, coverages))
-        return [q for q in questions if q.question_id in covered], True
-    return questions, False
 
 
-def _latest_metadata(instance: dg.DagsterInstance, asset: str, field: str) -> object | None:
-    """A metadata value of an asset's latest materialization, or None (never materialized here).
-
-    Read from the event log rather than as an asset dependency: evaluation must not wait for (or
-    be blocked by) a training run that the gates may rightly refuse.
-    """
-    entry = (latest_metadata(instance, asset) or {}).get(field)
-    return None if entry is None else entry.value
-
-
-def _training_question_ids(store: Warehouse, instance: dg.DagsterInstance) -> list[str]:
-    """Every question a conductor was trained or run on outside evaluation: conductor calls logged
-    outside eval runs, plus the latest contested set (the GRPO training questions), if any."""
-    ids = set(store.query_file("eval_training_questions", {"eval_prefix": EVAL_RUN_PREFIX})["question_id"].to_list())
-    manifest_path = _latest_metadata(instance, CONTESTED_SET_ASSET, "manifest_path")
-    if manifest_path and Path(str(manifest_path)).is_file():
-        ids.update(json.loads(Path(str(manifest_path)).read_text()).get("question_ids", []))
-    return sorted(ids)
+def questions_seen_in_training(store: Warehouse, instance: dg.DagsterInstance) -> list[str]:
+    """Every question a conductor was trained or run on outside evaluation, with the latest
+    contested set's. Read from the event log rather than as an asset dependency: evaluation must
+    not wait for (or be blocked by) a training run that the gates may rightly refuse."""
+    return training_question_ids(store, latest_metadata_value(instance, CONTESTED_SET_ASSET, "manifest_path"))
 
 
 def _conductor_resources(
@@ -155,93 +114,7 @@ def _conductor_resources(
     paths = list(config.conductor_checkpoints)
     if trained_checkpoint and trained_checkpoint not in paths:
         paths.append(trained_checkpoint)
-    for path in paths:
-        chosen.append(
-            ConductorPolicyResource(
-                kind="hf_local", model_path=path, device=conductor.device, naming=conductor.naming,
-                n_examples=conductor.n_examples, temperature=conductor.temperature,
-                max_new_tokens=conductor.max_new_tokens, show_predicted_success=conductor.show_predicted_success,
-            )
-        )
-    return chosen
-
-
-async def _run_all_arms(
-    context: dg.AssetExecutionContext,
-    store: Warehouse,
-    pool_config: PoolConfig,
-    workers: dict,
-    questions: Sequence[Question],
-    *,
-    run_id: str,
-    config: EvalArmsConfig,
-    calibration: BestSingleChoice,
-    conductors: Sequence[ConductorPolicyResource],
-    train_split_w: WorldModel | None,
-) -> None:
-    policies = [(c, c.build_policy()) for c in conductors]
-    # A pool that seats the conductor recurses with the first configured policy.
-    recursion_policy = policies[0][1] if policies else None
-    recursion_settings = policies[0][0] if policies else None
-    predictor = prompt_predictor(train_split_w, pool_config.workers) if train_split_w is not None else None
-    orchestrator = Orchestrator(
-        pool_config, workers, Governor.from_pool(pool_config), store,
-        include_question=config.include_question, max_depth=config.max_depth,
-        naming=recursion_settings.naming if recursion_settings else "ordinal",
-        conductor_policy=recursion_policy,
-        conductor_temperature=recursion_settings.temperature if recursion_settings else 1.0,
-        conductor_max_new_tokens=recursion_settings.effective_max_new_tokens if recursion_settings else 1024,
-        predicted_success=predictor if recursion_settings and recursion_settings.show_predicted_success else None,
-    )
-    done = frozenset(store.query_file("eval_workflows", {"run_id": run_id})["workflow_id"].to_list())
-
-    async def run(arm) -> None:
-        records = await run_arm(
-            orchestrator, arm, questions, run_id=run_id, repeats=config.repeats, skip_workflow_ids=done
-        )
-        context.log.info(f"{arm.name}: {len(records)} workflows run ({len(questions)} questions x {config.repeats})")
-
-    try:
-        seated = [name for name in pool_config.worker_names if name in workers]
-        await asyncio.gather(*(run(SoloArm(worker)) for worker in seated))
-        solo = store.query_file("eval_workflows", {"run_id": run_id}).filter(pl.col("arm").str.starts_with("solo:"))
-        verdict_rows = solo.select("question_id", pl.col("workers").list.first().alias("worker"), "correct")
-        routers = [
-            BestSingleRouter(calibration),
-            RandomRouter(tuple(seated), seed=config.random_seed),
-            OracleRouter(solo_verdicts(verdict_rows.iter_rows(named=True)), fallback=calibration.worker),
-        ]
-        if config.world_model_router and train_split_w is not None:
-            seats = tuple(s for s in pool_config.workers if s.name in seated)
-            routers.append(WorldModelRouter(train_split_w, seats, lambda_cost=config.w_router_lambda_cost))
-        await asyncio.gather(*(run(RouterArm(router)) for router in routers))
-        for settings, policy in policies:
-            await run(
-                ConductorArm(
-                    settings.arm_label, policy, naming=settings.naming, examples=settings.examples(),
-                    temperature=settings.temperature, max_new_tokens=settings.effective_max_new_tokens,
-                    predicted_success=predictor if settings.show_predicted_success else None,
-                )
-            )
-    finally:
-        await orchestrator.aclose()
-        for _, policy in policies:
-            await policy.aclose()
-        for worker in workers.values():
-            await worker.aclose()
-
-
-def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
-    """Where eval_arms saves the pool's train-split W (the training path can load it from here)."""
-    return warehouse.artifact_dir("world_model") / f"{pool_name}{TRAIN_SPLIT_W_SUFFIX}"
-
-
-def fit_train_split_world_model(
-    store: Warehouse, pool_config: PoolConfig, workers: Sequence[str], *, num_threads: int = 2
-) -> WorldModel:
-    """W on the warehouse's scored rows of train-split questions for these workers of the pool."""
-    seats = {s.name: s for s in pool_config.workers if s.name in set(workers)}
-    return fit_on_train_split(load_training_frame(store), seats, WorldModelSettings(num_threads=num_threads))
+    return chosen + [conductor.with_checkpoint(path) for path in paths]
 
 
 @dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"duckdb", "lightgbm"})
@@ -257,20 +130,27 @@ def eval_arms(
     store = warehouse.get_warehouse()
     # Conductor seats (recursion) are answered by the orchestrator's conductor policy, not a Worker.
     workers = pool.build_workers([s.name for s in pool_config.workers if s.backend != "conductor"])
-    candidates, restricted = _eval_questions(store, config, workers)
+    seats = [s for s in pool_config.workers if s.name in workers]
+    candidates, restricted = eval_candidates(
+        store, workers, corpus=config.corpus, splits=config.splits, math_levels=config.math_levels,
+        only_recorded=config.only_recorded,
+    )
     chosen = eval_slice([q.question_id for q in candidates], config.slice_size, order=config.order)
     by_id = {q.question_id: q for q in candidates}
     questions = [by_id[qid] for qid in chosen.question_ids]
 
     calibration = choose_best_single(pass_rate_table(store, pool_config.name), list(workers))
-    training_ids = _training_question_ids(store, context.instance)
+    training_ids = questions_seen_in_training(store, context.instance)
     leaks = find_leaks(
         chosen.question_ids, training_ids=training_ids, calibration_ids=calibration.calibration_question_ids
     )
     if any(leaks.values()):
         raise dg.Failure(f"train/eval leak before any arm ran: { {k: v[:5] for k, v in leaks.items() if v} }")
 
-    trained = _latest_metadata(context.instance, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None
+    trained = (
+        latest_metadata_value(context.instance, CHECKPOINT_ASSET, "checkpoint_path")
+        if config.use_trained_checkpoint else None
+    )
     if trained is not None and not Path(str(trained)).exists():
         context.log.warning(f"latest conductor_checkpoint {trained} is gone; not evaluated")
         trained = None
@@ -278,9 +158,7 @@ def eval_arms(
     train_split_w: WorldModel | None = None
     w_metadata: dict[str, object] = {}
     if config.world_model_router or any(c.show_predicted_success for c in conductors):
-        train_split_w = fit_train_split_world_model(
-            store, pool_config, list(workers), num_threads=config.world_model_threads
-        )
+        train_split_w = fit_train_split_world_model(store, seats, config.world_model.model_settings())
         w_ids = sorted(train_split_w.training_question_ids)
         on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
         leaked = sorted(set(w_ids) & set(chosen.question_ids))
@@ -293,15 +171,19 @@ def eval_arms(
             "world_model_training_rows": train_split_w.training_summary["rows"],
         }
         context.log.info(f"train-split W: {len(w_ids)} questions, {train_split_w.training_summary['rows']} rows")
-    arm_names = (
-        [f"solo:{w}" for w in workers] + ["best_single", "random", "oracle"]
-        + ([W_ROUTER_ARM] if config.world_model_router else [])
-        + [f"conductor:{c.arm_label}" for c in conductors]
+    predictor = prompt_predictor(train_split_w, pool_config.workers) if train_split_w is not None else None
+    lineup = eval_lineup(
+        seats, calibration, random_seed=config.random_seed,
+        world_model=train_split_w if config.world_model_router else None, lambda_cost=config.w_router_lambda_cost,
+        conductors=[c.build_arm(predictor) for c in conductors],
     )
-    run_id = EVAL_RUN_PREFIX + stable_id(
-        pool_config.name, config.corpus, config.splits, config.math_levels, config.slice_size, config.order,
-        config.repeats, chosen.split_fingerprint, config.include_question, config.max_depth, arm_names,
-        config.random_seed, config.w_router_lambda_cost,
+    arm_names = lineup.names
+    run_id = eval_run_id(
+        pool=pool_config.name, corpus=config.corpus, splits=config.splits, math_levels=config.math_levels,
+        slice_size=config.slice_size, order=config.order, repeats=config.repeats,
+        split_fingerprint=chosen.split_fingerprint, include_question=config.include_question,
+        max_depth=config.max_depth, arm_names=arm_names, random_seed=config.random_seed,
+        w_router_lambda_cost=config.w_router_lambda_cost,
     )
     context.log.info(
         f"eval run {run_id}: {len(questions)} questions (planned {config.slice_size}), {len(arm_names)} arms "
@@ -309,9 +191,9 @@ def eval_arms(
         f"calibration questions: {calibration.worker}"
     )
     asyncio.run(
-        _run_all_arms(
-            context, store, pool_config, workers, questions, run_id=run_id, config=config,
-            calibration=calibration, conductors=conductors, train_split_w=train_split_w,
+        run_lineup(
+            store, pool_config, workers, questions, run_id=run_id, lineup=lineup, repeats=config.repeats,
+            include_question=config.include_question, max_depth=config.max_depth, log=context.log.info,
         )
     )
     summary = EvalRunSummary(
@@ -359,11 +241,8 @@ def eval_slice_has_no_leak(
     recorded = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})["question_id"].unique().to_list()
     evaluated = set(eval_arms.slice_ids) | set(recorded)
     w_ids = tuple(eval_arms.extra.get("world_model_training_question_ids", ()))
-    leaks = find_leaks(
-        evaluated,
-        training_ids=set(eval_arms.training_question_ids) | set(_training_question_ids(store, context.instance)) | set(w_ids),
-        calibration_ids=eval_arms.calibration_question_ids,
-    )
+    training_ids = set(eval_arms.training_question_ids) | set(questions_seen_in_training(store, context.instance))
+    leaks = find_leaks(evaluated, training_ids=training_ids | set(w_ids), calibration_ids=eval_arms.calibration_question_ids)
     w_on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
     fingerprint_ok = eval_arms.split_fingerprint == split_fingerprint()
     return dg.AssetCheckResult(
@@ -381,44 +260,16 @@ def eval_slice_has_no_leak(
     )
 
 
-def decomposition_markdown(decompositions: Sequence[dict]) -> str:
-    """One row per quantity, one column per conductor arm: fourteen columns side by side were cut off in the UI."""
-    metrics = [key for key in decompositions[0] if key != "arm"]
-    frame = pl.DataFrame(
-        {"quantity": metrics, **{d["arm"]: [_cell(d.get(m)) for m in metrics] for d in decompositions}}
-    )
-    return markdown_table(frame)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
-
-
 def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
     """The W-router beside best single and oracle, and the share of the oracle headroom it recovers."""
     if routing is None:
         return {"routing_value": dg.MetadataValue.md("no W-router arm in this run")}
-    share = routing["headroom_recovered"]
-    rows = pl.DataFrame(
-        {
-            "questions": [routing["n"]],
-            "best single (calibration-chosen)": [routing["best_single"]],
-            "W-router": [routing["accuracy"]],
-            "oracle": [routing["oracle"]],
-            "oracle headroom recovered": [share],  # empty cell: the oracle has no headroom
-        },
-        schema_overrides={"oracle headroom recovered": pl.Float64},
-    )
     metadata = {
-        "routing_value": dg.MetadataValue.md(markdown_table(rows)),
+        "routing_value": dg.MetadataValue.md(markdown_table(routing_value_table(routing))),
         "w_router_accuracy": dg.MetadataValue.float(routing["accuracy"]),
     }
-    if share is not None:  # no headroom (oracle = best single): no share to report
-        metadata["w_router_headroom_recovered"] = dg.MetadataValue.float(share)
+    if routing["headroom_recovered"] is not None:  # no headroom (oracle = best single): no share to report
+        metadata["w_router_headroom_recovered"] = dg.MetadataValue.float(routing["headroom_recovered"])
     return metadata
 
 
@@ -443,13 +294,10 @@ def eval_tables(
     )
     gap = running_gap(workflows, slice_order=order)
     common = common_questions(workflows)
-    routing = routing_value(table, W_ROUTER_ARM)
-    decompositions = []
-    for arm in sorted(a for a in workflows["arm"].unique().to_list() if a.startswith("conductor:")):
-        solo, conductor_rows = decomposition_inputs(workflows, arm, common)
-        if solo.height and conductor_rows.height:
-            context_row = {W_ROUTER_ARM: routing["accuracy"]} if routing else {}
-            decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows), **context_row})
+    routing = routing_value(table, WorldModelRouter.name)
+    decompositions = conductor_decompositions(
+        workflows, common, context={WorldModelRouter.name: routing["accuracy"]} if routing else None
+    )
 
     out_dir = warehouse.artifact_dir("eval_tables")
     table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
@@ -458,9 +306,6 @@ def eval_tables(
     gap_png = running_gap_plot(gap)
     (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(accuracy_png)
     (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(gap_png)
-    arm_columns = list(ARM_TABLE_HEADERS)
-    if table.height and table["n_label"].n_unique() == 1:
-        arm_columns.remove("n_label")  # the same for every arm: shown once, as the `n_label` entry
     context.log.info(f"eval tables for {eval_arms.run_id}: {table.height} arms on {len(common)} common questions")
     return dg.MaterializeResult(
         metadata={
@@ -469,12 +314,12 @@ def eval_tables(
             "planned_slice_size": eval_arms.planned_size,
             "n_label": table["n_label"][0] if table.height else "n=0",
             "split_fingerprint": eval_arms.split_fingerprint,
-            "arm_table": dg.MetadataValue.md(
-                markdown_table(table.select(arm_columns).rename(ARM_TABLE_HEADERS, strict=False))
-            ),
+            "arm_table": dg.MetadataValue.md(arm_table_markdown(table)),
             "worker_usage": dg.MetadataValue.md(markdown_table(worker_usage(workflows))),
             "parse_codes": dg.MetadataValue.md(markdown_table(parse_code_histogram(workflows))),
-            "running_gap": dg.MetadataValue.md(markdown_table(gap) if gap.height else "fewer than 50 common questions"),
+            "running_gap": dg.MetadataValue.md(
+                markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions"
+            ),
             "decomposition": dg.MetadataValue.md(
                 decomposition_markdown(decompositions) if decompositions else "no conductor arm"
             ),

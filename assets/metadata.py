@@ -22,3 +22,10 @@ def latest_metadata(instance: dg.DagsterInstance, asset: str) -> Mapping[str, dg
     if event is None or event.asset_materialization is None:
         return None
     return event.asset_materialization.metadata
+
+
+def latest_metadata_value(instance: dg.DagsterInstance, asset: str, field: str) -> object | None:
+    """One metadata value of an asset's latest materialization, or None (never materialized here,
+    or materialized without that field)."""
+    entry = (latest_metadata(instance, asset) or {}).get(field)
+    return None if entry is None else entry.value

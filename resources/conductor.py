@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -10,7 +11,9 @@ from pydantic import Field
 
 from conductor_pipeline.conductor.policies import ConductorPolicy, HFLocalPolicy, OpenAIEndpointPolicy
 from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
+from conductor_pipeline.evaluation.arms import ConductorArm
 from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.records import Question
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
 # Where the tiny offline policy is built when no checkpoint is configured: the CPU profile's
@@ -82,3 +85,20 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             base = f"hf:{Path(self.model_path).name}" if self.model_path else "hf:tiny-conductor"
         # The same policy with and without W's numbers in its prompt are two arms.
         return f"{base}+W" if self.show_predicted_success else base
+
+    def with_checkpoint(self, path: str) -> ConductorPolicyResource:
+        """A local checkpoint prompted and sampled like this policy (its own default label)."""
+        return ConductorPolicyResource(
+            kind="hf_local", model_path=path, device=self.device, naming=self.naming,
+            n_examples=self.n_examples, temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens, show_predicted_success=self.show_predicted_success,
+        )
+
+    def build_arm(self, predicted_success: Callable[[Question], Mapping[str, float]] | None = None) -> ConductorArm:
+        """This policy as an eval arm named `conductor:<arm_label>`; `predicted_success` (W's numbers
+        for the prompt) is used only when `show_predicted_success` is on."""
+        return ConductorArm(
+            self.arm_label, self.build_policy(), naming=self.naming, examples=self.examples(),
+            temperature=self.temperature, max_new_tokens=self.effective_max_new_tokens,
+            predicted_success=predicted_success if self.show_predicted_success else None,
+        )

@@ -2,6 +2,7 @@
 
 `slices` cuts the eval slice and checks it against training questions; `routers` are the baseline
 arms (best single, random, oracle, W-router); `arms` runs any arm through the orchestrator;
-`tables` turns the recorded workflows into accuracy with intervals, cost, usage and the gap
-decomposition. Feeds `eval_arms` and `eval_tables`.
+`lineup` builds one run's arms once (their names key the run) and runs them; `tables` turns the
+recorded workflows into accuracy with intervals, cost, usage and the gap decomposition. Feeds
+`eval_arms` and `eval_tables`.
 """

@@ -1,15 +1,20 @@
-"""Eval arms (each worker solo, routers, conductors) run through the orchestrator."""
+"""Eval arms (each worker solo, routers, conductors) run through the orchestrator.
+
+An arm's name is what its class says it is (`SoloArm.PREFIX` + worker, a router's `name`,
+`ConductorArm.PREFIX` + label): the warehouse rows, the run id and the tables all use it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow, workflow_key
 from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError
 from conductor_pipeline.conductor.prompt import build_conductor_prompt
+from conductor_pipeline.evaluation.routers import OracleRouter
 from conductor_pipeline.records import Question, WorkflowRecord, stable_id
 from conductor_pipeline.workflow import Workflow
 
@@ -41,10 +46,11 @@ class SoloArm:
     """One worker alone: a one-step workflow with the question as the subtask."""
 
     worker: str
+    PREFIX: ClassVar[str] = "solo:"
 
     @property
     def name(self) -> str:
-        return f"solo:{self.worker}"
+        return f"{self.PREFIX}{self.worker}"
 
     async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
         return await orchestrator.execute(
@@ -71,6 +77,25 @@ class RouterArm:
 
 
 @dataclass(frozen=True)
+class OracleArm:
+    """The oracle router as an arm, before the solo arms have run.
+
+    Its name is known up front (it keys the run), its routes are not: the oracle routes on the
+    solo arms' verdicts, so it answers only as the RouterArm that `with_solo_verdicts` returns.
+    `fallback` answers questions nobody solved solo (the best single worker).
+    """
+
+    fallback: str
+    name: ClassVar[str] = OracleRouter.name
+
+    def with_solo_verdicts(self, solo_correct: Mapping[str, Mapping[str, bool]]) -> RouterArm:
+        return RouterArm(OracleRouter(solo_correct, fallback=self.fallback))
+
+    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
+        raise RuntimeError("the oracle arm routes on the solo arms' verdicts: run `with_solo_verdicts(...)` instead")
+
+
+@dataclass(frozen=True)
 class ConductorArm:
     """A conductor policy: prompt -> workflow text -> orchestrator.
 
@@ -87,10 +112,11 @@ class ConductorArm:
     max_new_tokens: int = 1024
     seed: int = 0
     predicted_success: Callable[[Question], Mapping[str, float]] | None = None
+    PREFIX: ClassVar[str] = "conductor:"
 
     @property
     def name(self) -> str:
-        return f"conductor:{self.label}"
+        return f"{self.PREFIX}{self.label}"
 
     def prompt(self, orchestrator: Orchestrator, question: Question) -> list[dict[str, str]]:
         """The chat messages this arm sends its policy for a question."""

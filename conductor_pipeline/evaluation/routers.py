@@ -6,6 +6,7 @@ conductor. Why these: the best single worker is the bar a conductor must clear t
 anything; the random router shows what routing without information gives; the oracle (correct
 when any worker solves the question solo) is the ceiling no router can pass; the W-router shows
 what the world model's per-question predictions are worth as routing, with no conductor at all.
+Each router class names its arm (`name`), so the eval run and its tables find it by that name.
 
 The best single worker is chosen on the calibration (train) split only: choosing it on the
 eval slice would hand the baseline the test answers and understate any conductor's gap. For the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import polars as pl
@@ -80,7 +81,7 @@ class BestSingleRouter:
     """Always the worker chosen on the calibration split."""
 
     choice: BestSingleChoice
-    name: str = "best_single"
+    name: ClassVar[str] = "best_single"
 
     def route(self, question: Question, repeat: int = 0) -> Workflow:
         return one_step_workflow(self.choice.worker, question)
@@ -92,7 +93,7 @@ class RandomRouter:
 
     workers: tuple[str, ...]
     seed: int = 0
-    name: str = "random"
+    name: ClassVar[str] = "random"
 
     def route(self, question: Question, repeat: int = 0) -> Workflow:
         rng = random.Random(stable_id("random-router", self.seed, question.question_id, repeat))
@@ -110,7 +111,7 @@ class OracleRouter:
 
     solo_correct: Mapping[str, Mapping[str, bool]]
     fallback: str
-    name: str = "oracle"
+    name: ClassVar[str] = "oracle"
 
     def route(self, question: Question, repeat: int = 0) -> Workflow:
         verdicts = self.solo_correct.get(question.question_id, {})
@@ -158,7 +159,7 @@ class WorldModelRouter:
     model: SuccessAndCostModel = field(repr=False)
     seats: tuple[WorkerSeat, ...]
     lambda_cost: float = 0.0
-    name: str = "w_router"
+    name: ClassVar[str] = "w_router"
 
     def __post_init__(self) -> None:
         if not self.seats:

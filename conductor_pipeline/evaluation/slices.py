@@ -1,21 +1,58 @@
-"""The fixed eval slice and the train/eval leak checks."""
+"""The fixed eval slice, the questions it may draw from, and the train/eval leak checks."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+from conductor_pipeline.probing.runner import select_questions
+from conductor_pipeline.records import Question
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
+from conductor_pipeline.warehouse import Warehouse
 
-DEFAULT_SLICE_SIZE = 400  # the issue's default: first 400 eval-split questions of the corpus
+# The first 400 eval-split questions of the corpus: a 95% interval of about +-5 points at 50%.
+DEFAULT_SLICE_SIZE = 400
+# Every evaluation run id starts with this, so training-question queries can tell runs apart.
+EVAL_RUN_PREFIX = "eval-"
 _LEAKS_SHOWN = 5
 
 SliceOrder = Literal["question_id", "hashed"]
 
 
 # ---------------------------------------------------------------------- the slice and the leak check
+
+
+def eval_candidates(
+    store: Warehouse,
+    workers: Mapping[str, object],
+    *,
+    corpus: str,
+    splits: Sequence[str],
+    math_levels: Sequence[int],
+    only_recorded: bool = True,
+) -> tuple[list[Question], bool]:
+    """The questions a slice may draw from, and whether they were restricted: with `only_recorded`,
+    to what every replay seat recorded (when every worker is a replay seat)."""
+    questions = select_questions(store, corpora=[corpus], splits=splits, math_levels=math_levels, limit=None)
+    coverages = [getattr(w, "question_ids", None) for w in workers.values()]
+    if only_recorded and coverages and all(c is not None for c in coverages):
+        covered = frozenset.intersection(*map(frozenset, coverages))
+        return [q for q in questions if q.question_id in covered], True
+    return questions, False
+
+
+def training_question_ids(store: Warehouse, contested_manifest: str | Path | None = None) -> list[str]:
+    """Every question a conductor was trained or run on outside evaluation: conductor calls logged
+    outside eval runs, plus the questions of a contested-set manifest (the GRPO training questions),
+    when one is given and exists."""
+    ids = set(store.query_file("eval_training_questions", {"eval_prefix": EVAL_RUN_PREFIX})["question_id"].to_list())
+    if contested_manifest and Path(str(contested_manifest)).is_file():
+        ids.update(json.loads(Path(str(contested_manifest)).read_text()).get("question_ids", []))
+    return sorted(ids)
 
 
 @dataclass(frozen=True)

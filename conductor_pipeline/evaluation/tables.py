@@ -8,12 +8,21 @@ from collections.abc import Sequence
 import polars as pl
 from tabulate import tabulate
 
+from conductor_pipeline.evaluation.arms import ConductorArm, SoloArm
+from conductor_pipeline.evaluation.routers import BestSingleRouter, OracleRouter
 from conductor_pipeline.stats import wilson_interval
 from conductor_pipeline.warehouse import sql_row_over_frames
 
 GAP_FIRST_N = 50  # below 50 questions a gap is mostly noise: the running gap starts here
 GAP_EVERY_N = 25
 Z_95 = 1.959963984540054
+# Column headers a reader sees in the arm table (units in the header, not in a code name).
+ARM_TABLE_HEADERS = {
+    "arm": "arm", "n_label": "n", "repeats": "repeats", "accuracy": "accuracy", "se": "SE",
+    "ci_low": "95% CI low", "ci_high": "95% CI high", "cost_per_question": "cost / question (USD)",
+    "latency_per_question_s": "latency / question (s)", "tokens_per_question": "tokens / question",
+    "mean_steps": "steps / workflow", "parse_ok_share": "parsed share",
+}
 
 
 # ---------------------------------------------------------------------- tables
@@ -152,7 +161,7 @@ def _per_question_accuracy(frame: pl.DataFrame) -> dict[str, float]:
 
 def best_solo_arm(workflows: pl.DataFrame, common: Sequence[str]) -> str | None:
     """The most accurate solo arm on the common questions (ties: smallest name)."""
-    solo = workflows.filter(pl.col("arm").str.starts_with("solo:") & pl.col("question_id").is_in(list(common)))
+    solo = workflows.filter(pl.col("arm").str.starts_with(SoloArm.PREFIX) & pl.col("question_id").is_in(list(common)))
     if solo.height == 0:
         return None
     ranked = (
@@ -189,7 +198,9 @@ def running_gap(
     return pl.DataFrame(rows, schema={"arm": pl.String, "n": pl.Int64, "accuracy": pl.Float64, "gap": pl.Float64, "best_solo": pl.String})
 
 
-def routing_value(table: pl.DataFrame, arm: str, *, best_single_arm: str = "best_single", oracle_arm: str = "oracle") -> dict[str, object] | None:
+def routing_value(
+    table: pl.DataFrame, arm: str, *, best_single_arm: str = BestSingleRouter.name, oracle_arm: str = OracleRouter.name
+) -> dict[str, object] | None:
     """A router's accuracy beside best single and oracle on the same (common) questions, and the
     share of the oracle headroom it recovers: (arm - best_single) / (oracle - best_single), like
     RouteLLM's APGR. 1 = as good as the oracle, 0 = no better than best single, < 0 = worse.
@@ -207,6 +218,20 @@ def routing_value(table: pl.DataFrame, arm: str, *, best_single_arm: str = "best
         "oracle": accuracy[oracle_arm],
         "headroom_recovered": (accuracy[arm] - accuracy[best_single_arm]) / headroom if headroom > 0 else None,
     }
+
+
+def routing_value_table(routing: dict[str, object]) -> pl.DataFrame:
+    """`routing_value` as one row a reader can take in: the router beside best single and oracle."""
+    return pl.DataFrame(
+        {
+            "questions": [routing["n"]],
+            "best single (calibration-chosen)": [routing["best_single"]],
+            "W-router": [routing["accuracy"]],
+            "oracle": [routing["oracle"]],
+            "oracle headroom recovered": [routing["headroom_recovered"]],  # empty cell: the oracle has no headroom
+        },
+        schema_overrides={"oracle headroom recovered": pl.Float64},
+    )
 
 
 # ---------------------------------------------------------------------- the decomposition
@@ -235,8 +260,8 @@ def decomposition_inputs(
     """
     rows = workflows.filter(pl.col("question_id").is_in(list(common)))
     solo = (
-        rows.filter(pl.col("arm").str.starts_with("solo:"))
-        .with_columns(pl.col("arm").str.strip_prefix("solo:").alias("worker"))
+        rows.filter(pl.col("arm").str.starts_with(SoloArm.PREFIX))
+        .with_columns(pl.col("arm").str.strip_prefix(SoloArm.PREFIX).alias("worker"))
         .group_by("question_id", "worker")
         .agg((2 * pl.col("correct").cast(pl.Int64).sum() > pl.len()).alias("correct"))
     )
@@ -246,6 +271,19 @@ def decomposition_inputs(
     return solo, conductor
 
 
+def conductor_decompositions(
+    workflows: pl.DataFrame, common: Sequence[str], *, context: dict[str, object] | None = None
+) -> list[dict[str, object]]:
+    """The gap decomposition of every conductor arm that has solo and conductor rows on the common
+    questions, in arm-name order; `context` (e.g. the W-router's accuracy) is added to each row."""
+    decompositions = []
+    for arm in sorted(a for a in workflows["arm"].unique().to_list() if a.startswith(ConductorArm.PREFIX)):
+        solo, conductor_rows = decomposition_inputs(workflows, arm, common)
+        if solo.height and conductor_rows.height:
+            decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows), **(context or {})})
+    return decompositions
+
+
 # ---------------------------------------------------------------------- formatting
 
 
@@ -253,3 +291,30 @@ def markdown_table(frame: pl.DataFrame, *, float_digits: int = 3) -> str:
     """A small frame as a GitHub markdown table (what Dagster's UI renders in metadata)."""
     rows = [[", ".join(map(str, v)) if isinstance(v, list) else v for v in row] for row in frame.iter_rows()]
     return tabulate(rows, headers=frame.columns, tablefmt="github", floatfmt=f".{float_digits}f", missingval="")
+
+
+def arm_table_markdown(table: pl.DataFrame) -> str:
+    """The arm table under reader headers; an `n` that is the same for every arm is left out (it is
+    shown once, as the run's `n_label`)."""
+    columns = list(ARM_TABLE_HEADERS)
+    if table.height and table["n_label"].n_unique() == 1:
+        columns.remove("n_label")
+    return markdown_table(table.select(columns).rename(ARM_TABLE_HEADERS, strict=False))
+
+
+def decomposition_markdown(decompositions: Sequence[dict]) -> str:
+    """One row per quantity, one column per conductor arm: a column per quantity would not fit
+    the UI's width."""
+    metrics = [key for key in decompositions[0] if key != "arm"]
+    frame = pl.DataFrame(
+        {"quantity": metrics, **{d["arm"]: [_cell(d.get(m)) for m in metrics] for d in decompositions}}
+    )
+    return markdown_table(frame)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)

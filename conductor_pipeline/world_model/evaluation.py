@@ -46,6 +46,8 @@ W_NAME = "world_model"
 
 
 class EvaluationSettings(BaseModel):
+    """Knobs of the out-of-sample evaluation (their descriptions are the Dagster config's help text)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     question_folds: int = Field(5, ge=2, description="GroupKFold folds over questions")

@@ -37,7 +37,8 @@ CATEGORICAL_FEATURES = ("worker", "family", "corpus", "subject")
 
 
 class WorldModelSettings(BaseModel):
-    """Knobs of one fit. Defaults are tuned for ~80k rows on 2 cores in well under a minute."""
+    """Knobs of one fit (their descriptions are the help text of the Dagster config that exposes
+    them). The defaults keep a fit of the whole warehouse short on a 2-core machine."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,7 +58,7 @@ class WorldModelSettings(BaseModel):
     min_data_in_leaf: int = Field(40, ge=1, description="Large leaves keep probabilities calibrated on small cells")
     lambda_l2: float = Field(1.0, ge=0)
     feature_fraction: float = Field(0.8, gt=0, le=1)
-    num_threads: int = Field(2, ge=1, description="The project machine has 2 cores shared by everyone")
+    num_threads: int = Field(2, ge=1, description="LightGBM threads (2: the machine's cores are shared with other steps)")
     min_regression_rows: int = Field(50, ge=1, description="Fewer rows with cost (or latency) than this: no regressor")
     seed: int = 0
 

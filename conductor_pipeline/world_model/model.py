@@ -16,7 +16,8 @@ from sklearn.model_selection import GroupShuffleSplit
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of, train_split_rows
-from conductor_pipeline.world_model.data import normalize_training_frame
+from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model.data import load_training_frame, normalize_training_frame
 from conductor_pipeline.world_model.features import (
     CATEGORICAL_FEATURES,
     CategoryVocabulary,
@@ -325,3 +326,10 @@ def fit_on_train_split(
     if rows.filter(pl.col("correct").is_not_null()).is_empty():
         raise ValueError(f"no scored train-split rows for workers {sorted(seats)}: probe the pool first")
     return WorldModel.fit(rows, seats, settings)
+
+
+def fit_train_split_world_model(
+    store: Warehouse, seats: Sequence[WorkerSeat], settings: WorldModelSettings | None = None
+) -> WorldModel:
+    """`fit_on_train_split` on the warehouse's scored rows for these seats (the eval run's W)."""
+    return fit_on_train_split(load_training_frame(store), {seat.name: seat for seat in seats}, settings)

@@ -11,7 +11,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak
+from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak, questions_seen_in_training
+from assets.metadata import latest_metadata_value
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.pools.backends.registry import build_workers
@@ -63,7 +64,9 @@ def materialize(path: Path, tiny: Path, selection: list) -> dg.ExecuteInProcessR
                 model_path=str(tiny), max_new_tokens=24, n_examples=1, show_predicted_success=True
             ),
         },
-        run_config={"ops": {"eval_arms": {"config": {"slice_size": SLICE, "repeats": 1, "world_model_threads": 1}}}},
+        run_config={
+            "ops": {"eval_arms": {"config": {"slice_size": SLICE, "repeats": 1, "world_model": {"num_threads": 1}}}}
+        },
     )
 
 
@@ -84,6 +87,8 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
     assert len(arms["arms"]) == 6 + 3 + 1 + 1  # solo, baselines, the W-router, the conductor
     assert "w_router" in arms["arms"] and "conductor:hf:tiny+W" in arms["arms"]
+    # The run id hashes the settings and the arm names in order: the same config resumes the same run.
+    assert arms["run_id"] == "eval-478f76e2691392d19c8103bf"
     store = Warehouse(warehouse_path)
     counts = store.query(
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
@@ -137,11 +142,9 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
 
 
 def test_training_questions_include_the_latest_contested_set_and_logged_rollouts(tmp_path: Path) -> None:
-    from assets.evaluation import _latest_metadata, _training_question_ids
-
     store = Warehouse(tmp_path / "w.duckdb")
     instance = dg.DagsterInstance.ephemeral()
-    assert _training_question_ids(store, instance) == []
+    assert questions_seen_in_training(store, instance) == []
     manifest = tmp_path / "contested.json"
     manifest.write_text('{"question_ids": ["test/algebra/1.json", "test/algebra/2.json"]}')
     instance.report_runless_asset_event(
@@ -150,5 +153,5 @@ def test_training_questions_include_the_latest_contested_set_and_logged_rollouts
     instance.report_runless_asset_event(
         dg.AssetMaterialization("conductor_checkpoint", metadata={"checkpoint_path": dg.MetadataValue.path("/ckpt")})
     )
-    assert _training_question_ids(store, instance) == ["test/algebra/1.json", "test/algebra/2.json"]
-    assert _latest_metadata(instance, "conductor_checkpoint", "checkpoint_path") == "/ckpt"
+    assert questions_seen_in_training(store, instance) == ["test/algebra/1.json", "test/algebra/2.json"]
+    assert latest_metadata_value(instance, "conductor_checkpoint", "checkpoint_path") == "/ckpt"

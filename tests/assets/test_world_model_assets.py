@@ -8,8 +8,11 @@ import dagster as dg
 import polars as pl
 import yaml
 
-from assets.world_model import BEATS_MARGINAL_CHECK, WORLD_MODEL_ASSETS
+from assets.evaluation import EvalArmsConfig
+from assets.world_model import BEATS_MARGINAL_CHECK, WORLD_MODEL_ASSETS, WorldModelConfig, WorldModelFitConfig
 from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model.evaluation import EvaluationSettings
+from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
@@ -65,3 +68,20 @@ def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None
     assert "headroom_recovered[synthetic]" in report
     check = result.get_asset_check_evaluations()[0]
     assert check.check_name == BEATS_MARGINAL_CHECK and check.passed
+
+
+def test_the_config_exposes_library_knobs_under_their_names_help_defaults_and_bounds() -> None:
+    for config in (WorldModelConfig, WorldModelFitConfig):
+        for name, field in config.model_fields.items():
+            library = WorldModelSettings if name in WorldModelSettings.model_fields else EvaluationSettings
+            declared = library.model_fields[name]
+            assert field.description and field.description == declared.description, name
+            assert (field.default, field.metadata) == (declared.default, declared.metadata), name
+    assert set(WorldModelConfig.model_fields) == {
+        "text_representation", "text_components", "num_threads", "question_folds", "worker_folds", "n_bootstrap",
+        "lambda_cost",
+    }
+    # The eval run's train-split W takes the same fit knobs, nested under `world_model`.
+    assert EvalArmsConfig.model_fields["world_model"].annotation is WorldModelFitConfig
+    assert WorldModelConfig().model_settings() == WorldModelSettings()
+    assert WorldModelConfig().evaluation_settings({}) == EvaluationSettings()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 import pytest
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.policies import PolicyError, PolicyOutput
-from conductor_pipeline.evaluation.arms import ConductorArm, RouterArm, SoloArm, run_arm
+from conductor_pipeline.evaluation.arms import ConductorArm, OracleArm, RouterArm, SoloArm, run_arm
+from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
 from conductor_pipeline.evaluation.routers import (
     BestSingleRouter,
     CalibrationError,
@@ -146,11 +148,16 @@ def seat(name: str) -> WorkerSeat:
     return WorkerSeat(name=name, backend="replay", replay_source="zeroeval", model=name, description=f"the {name} one")
 
 
-def test_arms_tables_running_gap_and_decomposition(tmp_path):
-    questions = [
+def numbered_questions(n: int) -> list[Question]:
+    """Questions q000.. whose answer is their number (RoutingPolicy reads `problem {i}?`)."""
+    return [
         Question(question_id=f"q{i:03d}", corpus="math", split="test", problem=f"problem {i}?", answer=str(i))
-        for i in range(80)
+        for i in range(n)
     ]
+
+
+def test_arms_tables_running_gap_and_decomposition(tmp_path):
+    questions = numbered_questions(80)
     ids = [q.question_id for q in questions]
     pool = PoolConfig(name="eval-test", workers=[seat("small"), seat("big")])
     workers = {
@@ -224,6 +231,59 @@ def test_arms_tables_running_gap_and_decomposition(tmp_path):
     assert row["oracle"] == pytest.approx(1.0)
     assert row["unparseable"] == pytest.approx(20 / 79)
     assert row["solvable_unparseable"] + row["solvable_reached_solver"] + row["solvable_only_non_solvers"] == 79
+
+
+class FlatWorldModel:
+    """A world model that rates every worker the same: the W-router takes the first seat."""
+
+    training_question_ids = frozenset()
+
+    def predict_success(self, subtasks, workers):
+        return np.full((len(subtasks), len(workers)), 0.5)
+
+    def predict_cost(self, subtasks, workers):
+        return np.zeros((len(subtasks), len(workers)))
+
+
+def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():
+    lineup = eval_lineup(
+        [seat("small"), seat("big")], _choice("big"), world_model=FlatWorldModel(),
+        conductors=[ConductorArm("routing", RoutingPolicy())],
+    )
+    names = ["solo:small", "solo:big", "best_single", "random", "oracle", "w_router", "conductor:routing"]
+    assert lineup.names == names == [arm.name for arm in lineup.arms]
+    assert eval_lineup([seat("small")], _choice("small")).names == ["solo:small", "best_single", "random", "oracle"]
+    # The hash of these parts, in this order, keys every evaluation run recorded so far: a changed
+    # formula would silently start new runs instead of resuming recorded ones.
+    run_id = eval_run_id(
+        pool="eval-test", corpus="math", splits=["test"], math_levels=[5], slice_size=400, order="question_id",
+        repeats=1, split_fingerprint="fp0123", include_question=True, max_depth=2, arm_names=lineup.names,
+        random_seed=0, w_router_lambda_cost=0.0,
+    )
+    assert run_id == "eval-2ce01ab061dc08a41fb64224"
+
+
+def test_run_lineup_runs_every_arm_and_the_oracle_on_the_solo_verdicts(tmp_path):
+    questions = numbered_questions(12)
+    ids = [q.question_id for q in questions]
+    pool = PoolConfig(name="eval-test", workers=[seat("small"), seat("big")])
+    workers = {"small": SolverWorker("small", frozenset(ids[:4])), "big": SolverWorker("big", frozenset(ids[4:8]))}
+    warehouse = Warehouse(tmp_path / "w.duckdb")
+    conductors = [ConductorArm("routing", RoutingPolicy())]
+    lineup = eval_lineup(pool.workers, _choice("big"), world_model=FlatWorldModel(), conductors=conductors)
+    with pytest.raises(RuntimeError, match="solo arms' verdicts"):
+        asyncio.run(OracleArm(fallback="big").answer(None, questions[0], run_id="r", repeat=0))
+    logged: list[str] = []
+    asyncio.run(run_lineup(warehouse, pool, workers, questions, run_id="eval-lineup", lineup=lineup, log=logged.append))
+
+    workflows = warehouse.query("SELECT * FROM workflows WHERE run_id = 'eval-lineup'")
+    accuracy = dict(workflows.group_by("arm").agg(pl.col("correct").cast(pl.Float64).mean()).iter_rows())
+    assert set(accuracy) == set(lineup.names) and len(logged) == len(lineup.names)
+    assert accuracy["oracle"] == pytest.approx(8 / 12) and accuracy["best_single"] == pytest.approx(4 / 12)
+    assert accuracy["w_router"] == pytest.approx(4 / 12)  # a flat W picks the first seat, "small"
+    # A rerun records nothing new.
+    asyncio.run(run_lineup(warehouse, pool, workers, questions, run_id="eval-lineup", lineup=lineup))
+    assert warehouse.query("SELECT count(*) AS n FROM workflows")["n"][0] == workflows.height
 
 
 def _choice(worker: str):

@@ -129,7 +129,7 @@ def eval_arms(
     pool_config = pool.load()
     store = warehouse.get_warehouse()
     # Conductor seats (recursion) are answered by the orchestrator's conductor policy, not a Worker.
-    workers = pool.build_workers([s.name for s in pool_config.workers if s.backend != "conductor"])
+    workers = pool.build_workers([s.name for s in pool_config.workers if not s.is_conductor])
     seats = [s for s in pool_config.workers if s.name in workers]
     candidates, restricted = eval_candidates(
         store, workers, corpus=config.corpus, splits=config.splits, math_levels=config.math_levels,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
 from conductor_pipeline.probing.runner import select_questions
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
@@ -28,7 +29,7 @@ SliceOrder = Literal["question_id", "hashed"]
 
 def eval_candidates(
     store: Warehouse,
-    workers: Mapping[str, object],
+    workers: Mapping[str, Worker],
     *,
     corpus: str,
     splits: Sequence[str],
@@ -38,9 +39,9 @@ def eval_candidates(
     """The questions a slice may draw from, and whether they were restricted: with `only_recorded`,
     to what every replay seat recorded (when every worker is a replay seat)."""
     questions = select_questions(store, corpora=[corpus], splits=splits, math_levels=math_levels, limit=None)
-    coverages = [getattr(w, "question_ids", None) for w in workers.values()]
-    if only_recorded and coverages and all(c is not None for c in coverages):
-        covered = frozenset.intersection(*map(frozenset, coverages))
+    recorded = [w for w in workers.values() if isinstance(w, RecordedWorker)]
+    if only_recorded and recorded and len(recorded) == len(workers):
+        covered = frozenset.intersection(*(frozenset(w.question_ids) for w in recorded))
         return [q for q in questions if q.question_id in covered], True
     return questions, False
 

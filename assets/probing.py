@@ -1,9 +1,9 @@
 """Probing assets: probe the pool k times per question, then pass rates and oracle ceilings.
 
 `probe_calls` is partitioned by worker, so it is built for one pool (`pool_probing_definitions`,
-with the schedule that re-probes every partition). With a single-run backfill policy one run probes every
-selected worker concurrently through one governor; the library writes each call to the warehouse
-as it completes and skips calls already written, so a rerun after a kill resumes.
+with the schedule that re-probes every partition). With a single-run backfill policy one run
+probes every selected worker concurrently through one governor; the library writes each call to
+the warehouse as it completes and skips calls already written, so a rerun after a kill resumes.
 `reprobe_schedule` adds new sample indices on the same questions; an eager automation condition
 (evaluated by `probing_automation_sensor`) refreshes pass rates and ceilings after it.
 """
@@ -93,6 +93,7 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
             )
         store = warehouse.get_warehouse()
         sample_offset = next_sample_offset(store, pool_config.name) if config.new_samples else config.sample_offset
+        workers = pool.build_workers(selected)  # fails here, before any call, when an API key is unset
         questions = select_questions(
             store,
             corpora=config.corpora,
@@ -106,7 +107,7 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
         summary = probe_and_close(
             store,
             pool_config,
-            pool.build_workers(selected),
+            workers,
             questions,
             samples=config.samples,
             sample_offset=sample_offset,

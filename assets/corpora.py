@@ -8,45 +8,27 @@ which is the store every later stage reads.
 (No `from __future__ import annotations`: Dagster checks the `context` annotation as a class.)
 """
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import dagster as dg
-from tabulate import tabulate
 
 from conductor_pipeline.corpora.loaders import load_all_questions, load_gsm8k, load_math500, load_math_full
-from conductor_pipeline.corpora.sources import data_source, resolve_data_file, sha256_of
+from conductor_pipeline.corpora.sources import verified_data_file
+from conductor_pipeline.corpora.summaries import split_count_table, subject_level_table, warehouse_breakdown_table
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint, split_ids
 from resources.warehouse import WarehouseResource
 
 GROUP = "corpora"
-_NO_LEVEL = "?"  # GSM8K, and the two MATH problems labelled "Level ?"
-
-
-def subject_level_table(questions: Iterable[Question]) -> str:
-    """A markdown table: one row per subject, one column per level, with totals."""
-    counts = Counter((q.subject or "-", q.level) for q in questions)
-    levels = sorted({level for _, level in counts if level is not None})
-    has_unknown_level = any(level is None for _, level in counts)
-    columns: list[int | None] = [*levels, *([None] if has_unknown_level else [])]
-    rows = []
-    for subject in sorted({subject for subject, _ in counts}):
-        cells = [counts.get((subject, level), 0) for level in columns]
-        rows.append([subject, *cells, sum(cells)])
-    totals = [sum(row[i + 1] for row in rows) for i in range(len(columns) + 1)]
-    rows.append(["**total**", *totals])
-    headers = ["subject", *(f"L{level}" if level is not None else _NO_LEVEL for level in columns), "total"]
-    return tabulate(rows, headers=headers, tablefmt="github")
 
 
 def _file_metadata(key: str) -> dict[str, dg.MetadataValue]:
-    """Where the registered file `key` was found and its (verified) sha256."""
-    path = resolve_data_file(key)
+    """Where the registered file `key` was found, its (verified) sha256 and its source URL."""
+    found = verified_data_file(key)
     return {
-        "path": dg.MetadataValue.path(str(path)),
-        "sha256": dg.MetadataValue.text(sha256_of(path)),
-        "source_url": dg.MetadataValue.url(data_source(key).url),
+        "path": dg.MetadataValue.path(str(found.path)),
+        "sha256": dg.MetadataValue.text(found.sha256),
+        "source_url": dg.MetadataValue.url(found.source_url),
     }
 
 
@@ -81,7 +63,7 @@ def math_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 def gsm8k_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """GSM8K train and test: both files verified, every row validated, gold answers extracted."""
     metadata: dict[str, dg.MetadataValue] = {}
-    split_rows = []
+    questions_per_split: dict[str, int] = {}
     hashes = []
     for split in ("train", "test"):
         questions = load_gsm8k(split)
@@ -89,12 +71,10 @@ def gsm8k_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         hashes.append(file_metadata["sha256"].value)
         metadata.update({f"{name}_{split}": value for name, value in file_metadata.items()})
         metadata[f"rows_{split}"] = dg.MetadataValue.int(len(questions))
-        split_rows.append([split, len(questions)])
+        questions_per_split[split] = len(questions)
         context.log.info(f"gsm8k {split}: {len(questions)} rows valid")
-    metadata["rows"] = dg.MetadataValue.int(sum(n for _, n in split_rows))
-    metadata["split_counts"] = dg.MetadataValue.md(
-        tabulate(split_rows, headers=["split", "questions"], tablefmt="github")
-    )
+    metadata["rows"] = dg.MetadataValue.int(sum(questions_per_split.values()))
+    metadata["split_counts"] = dg.MetadataValue.md(split_count_table(questions_per_split))
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion("+".join(hashes)))
 
 
@@ -116,9 +96,7 @@ def questions(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -
             "rows_written": dg.MetadataValue.int(written),
             "total_rows": dg.MetadataValue.int(total),
             "in_math500": dg.MetadataValue.int(sum(q.in_math500 for q in loaded)),
-            "by_corpus_split_level": dg.MetadataValue.md(
-                tabulate(breakdown.rows(), headers=breakdown.columns, tablefmt="github", missingval=_NO_LEVEL)
-            ),
+            "by_corpus_split_level": dg.MetadataValue.md(warehouse_breakdown_table(breakdown)),
             "split_fingerprint": dg.MetadataValue.text(split_fingerprint()),
             "split_train_questions": dg.MetadataValue.int(len(train_ids)),
             "split_eval_questions": dg.MetadataValue.int(len(eval_ids)),
@@ -127,4 +105,4 @@ def questions(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -
     )
 
 
-__all__ = ["gsm8k_corpus", "math500_corpus", "math_corpus", "questions", "subject_level_table"]
+__all__ = ["gsm8k_corpus", "math500_corpus", "math_corpus", "questions"]

@@ -1,4 +1,11 @@
-"""The one Definitions object: every stage's assets, checks, jobs and schedules, and the resources."""
+"""The project's Definitions: every stage's assets, checks, jobs and schedules, and the resources.
+
+`build_definitions(pool)` builds them for one worker pool (the probe partitions are its workers).
+`defs` is what `workspace.yaml`, `dagster ... -m assets.definitions` and the Kubernetes code
+location load: Dagster calls it when it loads the code, and it builds the definitions for the
+pool named by $CORYPHAEUS_POOL in the profile named by $CORYPHAEUS_PROFILE at that moment.
+Importing this module reads no setting.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +14,26 @@ import dagster as dg
 from assets import corpora, evaluation, probing, training, world_model
 from assets.deployment import profile_from_env
 from resources.conductor import ConductorPolicyResource
-from resources.pool import PoolResource
+from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
 
 STAGE_MODULES = [corpora, probing, training, world_model, evaluation]
 
-# The headless main run (`make run`) executes these in order; the UI can run any of them too.
+# The headless main run (`python -m assets.main`) executes these in order; the UI can run any of them too.
 corpora_job = dg.define_asset_job(
     "corpora_job", selection=dg.AssetSelection.groups(corpora.GROUP), description="Load and validate the corpora"
 )
 probe_job = dg.define_asset_job(
     "probe_job",
-    selection=dg.AssetSelection.assets(probing.probe_calls),
+    selection=dg.AssetSelection.assets(probing.PROBE_CALLS),
     description="Probe every worker of the pool (one run over all worker partitions)",
 )
 analysis_job = dg.define_asset_job(
     "analysis_job",
     selection=dg.AssetSelection.all()
     - dg.AssetSelection.groups(corpora.GROUP, evaluation.GROUP)
-    - dg.AssetSelection.assets(probing.probe_calls),
+    - dg.AssetSelection.assets(probing.PROBE_CALLS),
     description="Downstream of the probes: pass rates, ceilings, contested set, gate, training, world model",
 )
 # Evaluation reads the latest checkpoint from the event log rather than depending on it (a closed
@@ -36,19 +43,32 @@ eval_job = dg.define_asset_job(
 )
 MAIN_JOBS = [corpora_job, probe_job, analysis_job, eval_job]
 
-# CORYPHAEUS_PROFILE=k8s swaps in the Kubernetes executor and GPU requests (assets/deployment.py).
-defs = profile_from_env(
-    dg.Definitions(
-        assets=dg.load_assets_from_modules(STAGE_MODULES),
+
+def build_definitions(pool: str) -> dg.Definitions:
+    """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile."""
+    pool_probing = probing.pool_probing_definitions(pool)
+    return dg.Definitions(
+        assets=[pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)],
         asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
         jobs=[*MAIN_JOBS, *probing.PROBING_JOBS, *training.TRAINING_JOBS],
-        schedules=probing.PROBING_SCHEDULES,
+        schedules=[pool_probing.reprobe_schedule],
         sensors=probing.PROBING_SENSORS,
         resources={
             "warehouse": WarehouseResource(),
-            "pool": PoolResource(),
+            "pool": PoolResource(pool=pool),
             "conductor": ConductorPolicyResource(),
             "trainer": TrainerResource(),
         },
     )
-)
+
+
+def definitions_for(pool: str) -> dg.Definitions:
+    """`build_definitions(pool)` in the deployment profile named by $CORYPHAEUS_PROFILE
+    (`k8s`: the Kubernetes executor and GPU requests, see assets/deployment.py)."""
+    return profile_from_env(build_definitions(pool))
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The definitions Dagster loads: for the pool named by $CORYPHAEUS_POOL (else the default pool)."""
+    return definitions_for(default_pool_name())

@@ -1,8 +1,9 @@
-"""`make run`: materialize the whole asset graph on the embedded default pool, headless.
+"""`make run`: materialize the whole asset graph on one worker pool, headless.
 
-Runs the three main jobs in order in this project's Dagster instance ($DAGSTER_HOME), so every
+Runs the four main jobs in order in this project's Dagster instance ($DAGSTER_HOME), so every
 run shows up in the UI afterwards, then prints the headline tables each asset published.
 A failed blocking check (a gate) is reported, not hidden: downstream training then does not run.
+`--pool` picks the pool (default $CORYPHAEUS_POOL, else the embedded replay pool).
 """
 
 from __future__ import annotations
@@ -12,36 +13,37 @@ import os
 import sys
 import time
 
-# Knobs a researcher changes most often, with their reason.
+import dagster as dg
+
+from assets.definitions import MAIN_JOBS, definitions_for
+from assets.metadata import latest_metadata
+from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from resources.pool import default_pool_name
+
+# The headlines a pool run must answer, in reading order: (asset, metadata entries to print).
+# Each entry is a key the asset's materialization emits (tests/assets/test_main.py checks them).
 HEADLINES: list[tuple[str, list[str]]] = [
-    # (asset, metadata entries to print): the questions a pool run must answer, in reading order
-    ("questions", ["rows_total", "by_corpus_split_level"]),
+    ("questions", ["total_rows", "by_corpus_split_level"]),
     ("probe_calls", ["calls_written", "already_written", "status_counts"]),
     ("pass_rates", ["worker_accuracy"]),
     ("oracle_ceilings", ["ceilings"]),
-    ("contested_set", ["counts", "one_sample_flips"]),
+    ("contested_set", ["counts_per_class", "one_sample_flips"]),
     ("grpo_probe_run", ["summary"]),
     ("conductor_checkpoint", ["checkpoint", "global_step"]),
-    ("world_model_report", ["verdicts"]),
+    ("world_model_report", ["verdict"]),
     ("eval_tables", ["arm_table", "decomposition"]),
 ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pool", default=os.environ.get("CORYPHAEUS_POOL", "replay-mixed6"))
-    parser.add_argument("--only", choices=["corpora_job", "probe_job", "analysis_job", "eval_job"], action="append")
+    parser.add_argument("--pool", default=default_pool_name(), help="Pool name under data/pools/ or a pool file")
+    parser.add_argument("--only", choices=[job.name for job in MAIN_JOBS], action="append")
     args = parser.parse_args(argv)
-    # Partitions follow the pool file named here, so set it before the definitions load.
-    os.environ["CORYPHAEUS_POOL"] = args.pool
 
-    import dagster as dg
-
-    from assets.definitions import MAIN_JOBS, defs
-    from assets.probing import all_probe_partitions_tags
-
+    defs = definitions_for(args.pool)
     instance = dg.DagsterInstance.get()
-    all_partitions = all_probe_partitions_tags()
+    all_partitions = all_probe_partitions_tags(defs.get_assets_def(PROBE_CALLS).partitions_def)
     failed: list[str] = []
     gated: list[str] = []
     for job in MAIN_JOBS:
@@ -90,9 +92,7 @@ def is_blocking_check_failure(error) -> bool:
     return False
 
 
-def print_headlines(instance) -> None:
-    from assets.metadata import latest_metadata
-
+def print_headlines(instance: dg.DagsterInstance) -> None:
     for asset, entries in HEADLINES:
         metadata = latest_metadata(instance, asset)
         if metadata is None:

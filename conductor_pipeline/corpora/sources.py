@@ -18,6 +18,7 @@ import hashlib
 import os
 import re
 import threading
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -153,6 +154,21 @@ def verify_file(path: str | Path, source: DataSource) -> Path:
 def resolve_data_file(key: str, *, path: str | Path | None = None) -> Path:
     """The verified local path of registered data file `key` (explicit path, mirror, download)."""
     return resolve_source(data_source(key), path=path)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedDataFile:
+    """Where a registered file was found, its sha256 (checked against the registry) and its source."""
+
+    path: Path
+    sha256: str
+    source_url: str
+
+
+def verified_data_file(key: str) -> VerifiedDataFile:
+    """Resolve registered file `key` (hash checked) and say where it came from, for provenance."""
+    path = resolve_data_file(key)
+    return VerifiedDataFile(path=path, sha256=sha256_of(path), source_url=data_source(key).url)
 
 
 def resolve_source(source: DataSource, *, path: str | Path | None = None) -> Path:

@@ -2,6 +2,7 @@
 
 `runner` issues every (question, worker, sample) probe call, resumably; `pass_rates` turns the
 calls into per-question rates with intervals; `ceilings` gives oracle ceilings and the null pool;
-`calibration` picks the contested set that GRPO trains on. Feeds `probe_calls`, `pass_rates`,
+`calibration` picks the contested set that GRPO trains on; `reports` renders their results as
+the markdown tables the assets publish. Feeds `probe_calls`, `pass_rates`,
 `oracle_ceilings` and `contested_set`.
 """

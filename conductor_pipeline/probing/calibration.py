@@ -3,8 +3,8 @@
 A question that every worker solves, or none does, gives every rollout the same reward and
 so no GRPO gradient. What is left is contested: a weak and a strong worker disagree with
 confidence (their pass-rate intervals separate), or the pool's pass rates straddle a band.
-Pass rates come from k samples per question x worker, because one sample is a coin flip:
-the reproduced project found 22 of 22 "too easy" questions were the weak worker's bad luck.
+Pass rates come from k samples per question x worker, because one sample is a coin flip: a
+weak worker's one lucky success makes a question look "too easy" and drops it from the set.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Oracle ceilings: how much perfect routing could gain on a pool, before anything is trained.
 
 The oracle solves a question when any worker in the pool does; its ceiling minus the best
-single worker is the most a router can add (Coryphaeus found only 7-8 points on every pool it
-measured). Every number here comes from `sql/oracle_ceiling.sql` run over a relation
-`outcomes` filtered to the (sub-)pool in question.
+single worker is the most a router can add on that pool, however it is trained. Every number
+here comes from `sql/oracle_ceiling.sql` run over a relation `outcomes` filtered to the
+(sub-)pool in question.
 
 Next to the real pool stands the *null pool*: m independent samples of ONE worker treated as m
 workers. Sampling noise alone makes some questions "solved by someone", so the null pool shows
@@ -21,7 +21,8 @@ import polars as pl
 
 from conductor_pipeline.warehouse import Warehouse, sql_row_over_frames
 
-# Sub-pools searched exhaustively up to this size (Coryphaeus compared pools of 2-3 workers).
+# Sub-pools searched exhaustively up to this size: small sub-pools are the cheap deployments worth
+# comparing with the whole pool, and the search grows as (workers choose size).
 MAX_SUBPOOL_SIZE = 3
 # Null pools of these sizes are shown (capped by the samples recorded), plus one the size of the pool.
 NULL_POOL_SIZES = (2, 3)
@@ -183,3 +184,14 @@ def pool_ceilings(
     samples = samples.filter(pl.col("worker").is_in(list(workers)))
     real = ceiling_table(outcomes, workers, max_subpool_size=max_subpool_size)
     return pl.concat([real, null_pool_table(samples, pool_size=len(workers))])
+
+
+def whole_pool_row(table: pl.DataFrame) -> dict[str, object]:
+    """The row of the whole pool in a `pool_ceilings` table."""
+    return table.filter(pl.col("kind") == "pool").row(0, named=True)
+
+
+def widest_null_pool_row(table: pl.DataFrame) -> dict[str, object] | None:
+    """The null pool with the most samples in a `pool_ceilings` table, or None when it has none."""
+    null = table.filter(pl.col("kind") == "null_pool")
+    return None if null.is_empty() else null.sort("size").row(-1, named=True)

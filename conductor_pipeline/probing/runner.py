@@ -350,3 +350,68 @@ def select_questions(
         {"corpora": list(corpora), "splits": list(splits), "math_levels": list(math_levels), "limit": limit},
     )
     return [Question(**row) for row in frame.iter_rows(named=True)]
+
+
+def next_sample_offset(warehouse: Warehouse, pool: str) -> int:
+    """The first sample index above every probe sample written for `pool` (0 when none is)."""
+    highest = warehouse.query_file("max_probe_sample", {"pool": pool})["max_sample"][0]
+    return 0 if highest is None else int(highest) + 1
+
+
+# Progress is logged at most this often: a replay probe completes thousands of calls per second.
+PROGRESS_LOG_INTERVAL_S = 5.0
+
+
+def probe_and_close(
+    warehouse: Warehouse,
+    pool: PoolConfig,
+    workers: Mapping[str, Worker],
+    questions: Sequence[Question],
+    *,
+    samples: int,
+    sample_offset: int = 0,
+    temperature: float,
+    run_id: str,
+    governor_factory: Callable[[], Governor],
+    log: Callable[[str], None],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    only_recorded: bool = False,
+    progress_log_interval_s: float = PROGRESS_LOG_INTERVAL_S,
+) -> ProbeSummary:
+    """`run_probes` from synchronous code, in a fresh event loop; every worker is closed afterwards.
+
+    The governor is built inside that loop (`governor_factory`), since its limits belong to one
+    loop. `log` gets one line at the start and throttled progress lines, always including the last.
+    """
+    last_logged = float("-inf")
+
+    def on_progress(report: ProbeProgress) -> None:
+        nonlocal last_logged
+        now = time.monotonic()
+        if now - last_logged >= progress_log_interval_s or report.done == report.total:
+            last_logged = now
+            log(f"probe {pool.name}: {report.describe()}")
+
+    async def probe() -> ProbeSummary:
+        try:
+            return await run_probes(
+                warehouse,
+                pool,
+                workers,
+                questions,
+                samples=samples,
+                sample_offset=sample_offset,
+                temperature=temperature,
+                run_id=run_id,
+                governor=governor_factory(),
+                batch_size=batch_size,
+                on_progress=on_progress,
+                only_recorded=only_recorded,
+            )
+        finally:
+            for worker in workers.values():
+                await worker.aclose()
+
+    log(f"probing {len(workers)} worker(s) of {pool.name} on {len(questions)} questions, "
+        f"samples {sample_offset}..{sample_offset + samples - 1}")
+    return asyncio.run(probe())

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.corpora import gsm8k_corpus, math500_corpus, math_corpus, questions, subject_level_table
+from assets.corpora import gsm8k_corpus, math500_corpus, math_corpus, questions
 from conductor_pipeline.corpora.sources import load_registry
-from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.warehouse import Warehouse
 from resources.warehouse import WarehouseResource
@@ -76,14 +75,3 @@ def test_materialize_corpora_and_questions_into_the_warehouse(tmp_path, monkeypa
     assert _metadata(again, "questions")["rows_written"].value == 0
     assert _metadata(again, "questions")["total_rows"].value == ALL_QUESTIONS
 
-
-def test_subject_level_table_has_a_column_per_level_and_totals():
-    rows = [
-        Question("a", "math", "test", "p", "1", "Algebra", 1),
-        Question("b", "math", "test", "p", "1", "Algebra", 3),
-        Question("c", "math", "test", "p", "1", "Geometry", None),
-    ]
-    table = subject_level_table(rows)
-    lines = table.splitlines()
-    assert [cell.strip() for cell in lines[0].strip("|").split("|")] == ["subject", "L1", "L3", "?", "total"]
-    assert [cell.strip() for cell in lines[-1].strip("|").split("|")] == ["**total**", "1", "1", "1", "3"]

@@ -5,7 +5,7 @@ import dagster as dg
 import pytest
 from dagster_k8s.job import get_user_defined_k8s_config
 
-from assets.definitions import defs as project_defs
+from assets.definitions import build_definitions
 from assets.deployment import (
     GPU_POOL,
     K8S_CONFIG_TAG,
@@ -15,6 +15,7 @@ from assets.deployment import (
     profile_from_env,
     with_op_tags,
 )
+from resources.pool import DEFAULT_POOL
 
 
 @dg.asset(pool=GPU_POOL, op_tags={"team": "training"})
@@ -36,18 +37,27 @@ def _step_k8s_config(defs: dg.Definitions, asset_key: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def k8s_project_defs() -> dg.Definitions:
+def project_defs() -> dg.Definitions:
+    return build_definitions(DEFAULT_POOL)
+
+
+@pytest.fixture(scope="module")
+def k8s_project_defs(project_defs: dg.Definitions) -> dg.Definitions:
     return k8s_definitions(project_defs)
 
 
-def test_project_definitions_load_and_validate_under_k8s_profile(k8s_project_defs: dg.Definitions) -> None:
+def test_project_definitions_load_and_validate_under_k8s_profile(
+    k8s_project_defs: dg.Definitions, project_defs: dg.Definitions
+) -> None:
     dg.Definitions.validate_loadable(k8s_project_defs)
     for job in k8s_project_defs.resolve_all_job_defs():
         assert job.executor_def.name == "k8s_step_per_pod", job.name
     assert set(k8s_project_defs.resolve_all_asset_keys()) == set(project_defs.resolve_all_asset_keys())
 
 
-def test_probe_partitions_fan_out_as_one_run_per_worker(k8s_project_defs: dg.Definitions) -> None:
+def test_probe_partitions_fan_out_as_one_run_per_worker(
+    k8s_project_defs: dg.Definitions, project_defs: dg.Definitions
+) -> None:
     probe = k8s_project_defs.get_assets_def("probe_calls")
     assert probe.backfill_policy == dg.BackfillPolicy.multi_run(1)
     # The local definitions keep probing every worker in one run (one governor, one process).

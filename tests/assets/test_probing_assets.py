@@ -8,12 +8,11 @@ import dagster as dg
 import pytest
 
 from assets.probing import (
-    PROBE_PARTITIONS,
-    PROBING_ASSETS,
     PROBING_JOBS,
-    PROBING_SCHEDULES,
     PROBING_SENSORS,
-    reprobe_schedule,
+    oracle_ceilings,
+    pass_rates,
+    pool_probing_definitions,
 )
 from conductor_pipeline.corpora.loaders import load_gsm8k, load_math_full
 from conductor_pipeline.warehouse import Warehouse
@@ -21,12 +20,16 @@ from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 from tests.shared_data import require_shared_data
 
+POOL = "replay-mixed6"
 N_GSM8K, N_MATH = 18, 12
 WORKERS = ["gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "llama-3.1-405b", "deepseek-v2.5", "llama-3.1-8b"]
 ALL_PARTITIONS = {
     "dagster/asset_partition_range_start": WORKERS[0],
     "dagster/asset_partition_range_end": WORKERS[-1],
 }
+POOL_PROBING = pool_probing_definitions(POOL)
+PROBE_CALLS = POOL_PROBING.probe_calls
+PROBING_ASSETS = [PROBE_CALLS, pass_rates, oracle_ceilings]
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ def warehouse_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def materialize(path: Path, selection: list, config: dict | None = None) -> dg.ExecuteInProcessResult:
     return dg.materialize(
         selection,
-        resources={"warehouse": WarehouseResource(database=str(path)), "pool": PoolResource(pool="replay-mixed6")},
+        resources={"warehouse": WarehouseResource(database=str(path)), "pool": PoolResource(pool=POOL)},
         run_config={"ops": {"probe_calls": {"config": config or {}}}},
         tags=ALL_PARTITIONS,
     )
@@ -57,7 +60,7 @@ def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
 
 
 def test_probe_then_pass_rates_and_ceilings(warehouse_path: Path) -> None:
-    assert PROBE_PARTITIONS.get_partition_keys() == WORKERS
+    assert POOL_PROBING.partitions.get_partition_keys() == WORKERS
     result = materialize(warehouse_path, PROBING_ASSETS)
     assert result.success
     store = Warehouse(warehouse_path)
@@ -88,23 +91,23 @@ def test_probe_then_pass_rates_and_ceilings(warehouse_path: Path) -> None:
         assert label in ceilings["ceilings"]
     assert "no null pool" in ceilings["ceilings"]
 
-    again = materialize(warehouse_path, [PROBING_ASSETS[0]])
+    again = materialize(warehouse_path, [PROBE_CALLS])
     assert metadata(again, "probe_calls")["calls_written"] == 0
     assert metadata(again, "probe_calls")["already_written"] == recorded * len(WORKERS)
-    reprobe = materialize(warehouse_path, [PROBING_ASSETS[0]], {"new_samples": True, "samples": 2})
+    reprobe = materialize(warehouse_path, [PROBE_CALLS], {"new_samples": True, "samples": 2})
     assert metadata(reprobe, "probe_calls")["samples"] == "1..2"  # above the highest sample written
     assert metadata(reprobe, "probe_calls")["calls_written"] == 0  # replay has no second sample to give
 
 
 def test_schedule_and_definitions_resolve() -> None:
-    request = reprobe_schedule(dg.build_schedule_context())
+    request = POOL_PROBING.reprobe_schedule(dg.build_schedule_context())
     assert request.partition_key_range == dg.PartitionKeyRange(WORKERS[0], WORKERS[-1])
     defs = dg.Definitions(
         assets=PROBING_ASSETS,
         jobs=PROBING_JOBS,
-        schedules=PROBING_SCHEDULES,
+        schedules=[POOL_PROBING.reprobe_schedule],
         sensors=PROBING_SENSORS,
-        resources={"warehouse": WarehouseResource(), "pool": PoolResource()},
+        resources={"warehouse": WarehouseResource(), "pool": PoolResource(pool=POOL)},
     )
     assert defs.resolve_job_def("reprobe_job").asset_layer.executable_asset_keys == {dg.AssetKey("probe_calls")}
     assert defs.resolve_sensor_def("probing_automation_sensor") is not None

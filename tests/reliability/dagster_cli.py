@@ -1,8 +1,8 @@
 """Run `dagster asset materialize` as a separate process, the way a user or a scheduler would.
 
 Each run gets its own Dagster instance (DAGSTER_HOME) and warehouse (CORYPHAEUS_WAREHOUSE) under
-a test's tmp dir; the pool file is named by CORYPHAEUS_POOL, which the probing assets read when
-the definitions load (partitions follow the pool).
+a test's tmp dir; the pool file is named by CORYPHAEUS_POOL, which `assets.definitions.defs` reads
+when the CLI loads the definitions (the probe partitions follow the pool).
 """
 
 from __future__ import annotations

@@ -1,0 +1,40 @@
+"""What the corpora hold, as the markdown tables the Dagster UI renders next to each corpus asset."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+import polars as pl
+from tabulate import tabulate
+
+from conductor_pipeline.records import Question
+
+# The level cell of a question without one: GSM8K, and the two MATH problems labelled "Level ?".
+NO_LEVEL = "?"
+
+
+def subject_level_table(questions: Iterable[Question]) -> str:
+    """A markdown table: one row per subject, one column per level, with totals."""
+    counts = Counter((q.subject or "-", q.level) for q in questions)
+    levels = sorted({level for _, level in counts if level is not None})
+    has_unknown_level = any(level is None for _, level in counts)
+    columns: list[int | None] = [*levels, *([None] if has_unknown_level else [])]
+    rows = []
+    for subject in sorted({subject for subject, _ in counts}):
+        cells = [counts.get((subject, level), 0) for level in columns]
+        rows.append([subject, *cells, sum(cells)])
+    totals = [sum(row[i + 1] for row in rows) for i in range(len(columns) + 1)]
+    rows.append(["**total**", *totals])
+    headers = ["subject", *(f"L{level}" if level is not None else NO_LEVEL for level in columns), "total"]
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def split_count_table(questions_per_split: Mapping[str, int]) -> str:
+    """A markdown table: questions per source split."""
+    return tabulate(list(questions_per_split.items()), headers=["split", "questions"], tablefmt="github")
+
+
+def warehouse_breakdown_table(breakdown: pl.DataFrame) -> str:
+    """sql/questions_by_corpus_split_level.sql's frame as markdown; a missing level shows as NO_LEVEL."""
+    return tabulate(breakdown.rows(), headers=breakdown.columns, tablefmt="github", missingval=NO_LEVEL)

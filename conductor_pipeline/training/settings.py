@@ -56,7 +56,7 @@ class GRPOSettings:
         "Reward penalty per USD of worker cost; 0 keeps cost out of the reward (the paper)."))
     world_model_bonus_weight: float = field(default=0.0, metadata=_help(
         "Reward bonus weight * max(0, correct - W's P(success) of the final worker); 0 (off) by default. "
-        "The last and most careful use of W: see `routing_bonus`."))
+        "The last and most careful use of W (see `routing_bonus`); needs the pool's world model."))
     randomize_pools: bool = field(default=True, metadata=_help(
         "Show each training question a random subset of the pool (the paper's randomised pools)."))
     min_pool_size: int = field(default=2, metadata=_help("Smallest random pool subset shown to the policy."))
@@ -264,3 +264,8 @@ class SFTSettings:
 def settings_help(settings_class: type) -> dict[str, str]:
     """Field name -> help text, for docs and Dagster config descriptions."""
     return {f.name: f.metadata.get("help", "") for f in fields(settings_class)}
+
+
+# Field name -> help text: the one source of every knob's description (the trainer resource reads it).
+GRPO_HELP = settings_help(GRPOSettings)
+SFT_HELP = settings_help(SFTSettings)

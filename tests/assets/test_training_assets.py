@@ -50,7 +50,7 @@ WORKERS = ["gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "llama-3.1-405b", "d
 SAMPLES = 5  # k samples: 0/5 vs 5/5 Wilson 95% intervals separate (0/3 vs 3/3 do not)
 N_TRAIN, N_EVAL = 6, 3
 # Toy GRPO: 2 questions x 4 rollouts per step, short completions.
-TOY = dict(group_size=4, questions_per_step=2, max_completion_length=24, probe_steps=2, save_steps=10)
+TOY = dict(num_generations=4, questions_per_step=2, max_completion_length=24, probe_steps=2, save_steps=10)
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +193,7 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     steps = 2
 
     def train_to(max_steps: int) -> dg.ExecuteInProcessResult:
-        resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, train_steps=max_steps)
+        resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, max_steps=max_steps)
         if max_steps == steps:
             _chain(resources, min_size=1, selection=[contested_set])
             _open_gate(resources["trainer"])

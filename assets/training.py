@@ -31,6 +31,7 @@ from assets.probing import pass_rates
 from assets.world_model import world_model_path
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
+from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.training.dataset import (
     TrainingDataError,
@@ -108,7 +109,8 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
 
 
 def _executor(
-    training: TrainingSet, settings: GRPOSettings, warehouse: WarehouseResource, pool: PoolResource, questions: Sequence
+    training: TrainingSet, settings: GRPOSettings, warehouse: WarehouseResource, pool: PoolResource,
+    questions: Sequence[Question],
 ) -> PoolExecutor:
     """Rollouts on the pool's workers, with W's predictions when the reward bonus is on."""
     pool_config = training.pool_config

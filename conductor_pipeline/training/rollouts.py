@@ -1,4 +1,5 @@
-"""Rollouts: the GRPO prompt rows (randomised sub-pools) and executing sampled workflows."""
+"""Rollouts: the GRPO prompt rows (randomised sub-pools), executing sampled workflows on the pool,
+and sampling a policy outside training (the warm start's parse check, the pruning audit)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ from conductor_pipeline.training.gates import (
     write_probe_manifest,
     write_verdict,
 )
-from conductor_pipeline.training.grpo import TrainingOutcome, remove_checkpoints
+from conductor_pipeline.training.grpo import remove_checkpoints
 from conductor_pipeline.training.rollouts import PoolExecutor, parse_check
 from conductor_pipeline.training.runs import (
     forget_steps_after_checkpoint,
@@ -119,18 +119,6 @@ def _executor(
             settings.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
         )
     return PoolExecutor(pool_config, pool.build_workers(), questions, training.naming, predict)
-
-
-def _run_grpo(
-    context: dg.AssetExecutionContext, training: TrainingSet, executor: PoolExecutor, trainer: TrainerResource,
-    settings: GRPOSettings, output_dir: Path, *, run_id: str, phase: str, resume: bool,
-) -> TrainingOutcome:
-    """GRPO from the start policy; only the full run (not the probe) honours the time limit."""
-    return run_pool_grpo(
-        trainer.start_policy_path(training.pool_config.name), training, executor, settings, output_dir,
-        run_id=run_id, phase=phase, resume=resume, log=context.log.info,
-        time_limit_s=trainer.time_limit_s if phase == "grpo" else None,
-    )
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -325,8 +313,9 @@ def grpo_probe_run(
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
     executor = _executor(training, settings, warehouse, pool, [*training.questions, *training.skipped])
-    outcome = _run_grpo(
-        context, training, executor, trainer, settings, output_dir, run_id=probe_run_id, phase="probe", resume=False
+    outcome = run_pool_grpo(
+        trainer.start_policy_path(pool_config.name), training, executor, settings, output_dir,
+        run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
     )
     elapsed = time.monotonic() - started
     pruning = pruning_report(
@@ -414,7 +403,10 @@ def conductor_checkpoint(
     forget_steps_after_checkpoint(store, run_id, output_dir)
     started = time.monotonic()
     executor = _executor(training, settings, warehouse, pool, training.questions)
-    outcome = _run_grpo(context, training, executor, trainer, settings, output_dir, run_id=run_id, phase="grpo", resume=True)
+    outcome = run_pool_grpo(
+        trainer.start_policy_path(pool_config.name), training, executor, settings, output_dir,
+        run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=trainer.time_limit_s,
+    )
     elapsed = time.monotonic() - started
     context.log.info(
         f"GRPO {run_id}: at step {outcome.global_step} after {elapsed:.0f}s "

@@ -1,9 +1,10 @@
 """The trainer resource: which policy is trained, on which profile, and where its files go.
 
-One typed place for the knobs the training assets share (profile, policy, group size, steps,
-reward variant, randomised pools, warm start, the gate threshold), turned into the library's
-`GRPOSettings` / `SFTSettings`. The CPU profile is the embedded default (a tiny offline model);
-the GPU profile is the paper's run (Qwen2.5-Instruct, vLLM rollouts). Nothing secret lives here.
+One typed place for the knobs the training assets share: a profile of the library's
+`GRPOSettings` / `SFTSettings` plus overrides under the library's own field names and help text,
+and the pipeline's own knobs (policy, prompt, warm start, pruning, the gate threshold). The CPU
+profile is the embedded default (a tiny offline model); the GPU profile is the paper's run
+(Qwen2.5-Instruct, vLLM rollouts). Nothing secret lives here.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from pydantic import Field
 
 from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.training.gates import ZERO_VARIANCE_THRESHOLD
+from conductor_pipeline.training.reward import RewardVariant
 from conductor_pipeline.training.settings import (
     CPU_POLICY_HIDDEN_SIZE,
     CPU_POLICY_LAYERS,
+    GRPO_HELP,
     PAPER_POLICY,
+    SFT_HELP,
     TINY_POLICY,
     GRPOSettings,
     SFTSettings,
@@ -30,52 +34,79 @@ from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.world_model.hooks import PRUNE_HIGH, PRUNE_LOW
 
 DEFAULT_OUTPUT_ROOT = ARTIFACTS_DIR / "training"
-# Synthetic warm-start pairs: 160 steps x 8 see each 5 times; measured better than 960 pairs seen once.
+# Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches
+# the format better than more pairs seen once.
 DEFAULT_SFT_EXAMPLES = 256
 # In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where the tiny
 # model's prompt length is its main cost and the warm start teaches the format instead.
 CPU_PROMPT_EXAMPLES = 0
 GPU_PROMPT_EXAMPLES = 4
 # Warm-start targets: the paper's shapes with a reasoning line for instruct models; the compact
-# lists-only style for the tiny CPU model (why: conductor_pipeline.synthetic's docstring).
+# lists-only style for the tiny CPU model (why: conductor_pipeline.training.synthetic).
 CPU_SYNTHETIC_STYLE: SyntheticStyle = "compact"
 GPU_SYNTHETIC_STYLE: SyntheticStyle = "paper"
 # Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
 PRUNE_AUDIT_QUESTIONS = 8
+GRPO_DEFAULTS = GRPOSettings()
+
+
+class SFTOverrides(dg.Config):
+    """Warm-start (SFT) settings over the profile's; each left empty keeps the profile's value."""
+
+    max_steps: int | None = Field(None, ge=1, description=SFT_HELP["max_steps"])
+    learning_rate: float | None = Field(None, gt=0, description=SFT_HELP["learning_rate"])
+
+
+# The TrainerResource fields that override GRPOSettings fields of the same name (None: the profile's).
+GRPO_OVERRIDES = (
+    "num_generations", "questions_per_step", "max_steps", "learning_rate", "max_completion_length", "save_steps",
+    "reward_variant", "randomize_pools", "world_model_bonus_weight", "vllm_mode", "vllm_server_base_url",
+)
 
 
 class TrainerResource(dg.ConfigurableResource):
-    """GRPO/SFT configuration of the conductor, per profile (cpu | gpu)."""
+    """GRPO/SFT configuration of the conductor: a profile (cpu | gpu) plus overrides.
+
+    Fields named like a `GRPOSettings` field (and those under `sft`, like `SFTSettings` fields)
+    override the profile's value and carry the library's help text; left empty they keep the
+    profile's (`GRPOSettings.cpu_profile` / `gpu_profile`). The other fields are the pipeline's own.
+    """
 
     profile: Literal["cpu", "gpu"] = Field("cpu", description="cpu: tiny offline policy (CI, laptops); gpu: Qwen2.5 + vLLM")
     output_root: str = Field(str(DEFAULT_OUTPUT_ROOT), description="Root folder of models, probe runs, gate verdicts and checkpoints")
     policy_model: str | None = Field(
         None, description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, {PAPER_POLICY} on gpu"
     )
-    reward_variant: Literal["paper", "strict"] = Field(
-        "paper", description="paper: 0 unparseable / 0.5 parsed wrong / 1 correct; strict: 0 / 0 / 1"
-    )
-    randomize_pools: bool = Field(True, description="Each question shows a random subset of the pool (the paper)")
     naming: Literal["ordinal", "names"] = Field("ordinal", description="Workers shown as 'Model 0..k' (paper) or by name")
     prompt_examples: int | None = Field(
         None, ge=0, description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu, {GPU_PROMPT_EXAMPLES} on gpu"
     )
-    probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (the reproduction: 20)")
-    train_steps: int | None = Field(None, ge=1, description="GRPO steps of the full run; empty: the profile's (cpu 24, gpu 200)")
-    group_size: int | None = Field(None, ge=2, description="Rollouts per question; empty: the profile's (cpu 8, gpu 64)")
-    questions_per_step: int | None = Field(None, ge=1, description="Questions per step; empty: the profile's (cpu 2, gpu 4)")
-    max_completion_length: int | None = Field(None, ge=8, description="Token cap per rollout; empty: the profile's")
-    learning_rate: float | None = Field(None, gt=0, description="Empty: the profile's (cpu 1e-4, gpu 1e-6)")
-    save_steps: int = Field(10, ge=1, description="Checkpoint every N steps; a rerun resumes from the latest")
-    vllm_mode: Literal["colocate", "server"] = Field("colocate", description="gpu: vLLM shares the GPU, or a `trl vllm-serve` server")
-    vllm_server_base_url: str | None = Field(None, description="gpu + server mode: base URL of `trl vllm-serve`")
+    probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (20: enough groups to judge)")
+    seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
+
+    # GRPO overrides (GRPO_OVERRIDES): the library's names and help text.
+    num_generations: int | None = Field(None, ge=2, description=GRPO_HELP["num_generations"])
+    questions_per_step: int | None = Field(None, ge=1, description=GRPO_HELP["questions_per_step"])
+    max_steps: int | None = Field(None, ge=1, description=GRPO_HELP["max_steps"])
+    learning_rate: float | None = Field(None, gt=0, description=GRPO_HELP["learning_rate"])
+    max_completion_length: int | None = Field(None, ge=8, description=GRPO_HELP["max_completion_length"])
+    save_steps: int | None = Field(None, ge=1, description=GRPO_HELP["save_steps"])
+    # Literal fields cannot be optional in Dagster config: their defaults are every profile's value.
+    reward_variant: RewardVariant = Field(GRPO_DEFAULTS.reward_variant, description=GRPO_HELP["reward_variant"])
+    randomize_pools: bool | None = Field(None, description=GRPO_HELP["randomize_pools"])
+    world_model_bonus_weight: float | None = Field(None, ge=0, description=GRPO_HELP["world_model_bonus_weight"])
+    vllm_mode: Literal["colocate", "server"] = Field(GRPO_DEFAULTS.vllm_mode, description=GRPO_HELP["vllm_mode"])
+    vllm_server_base_url: str | None = Field(None, description=GRPO_HELP["vllm_server_base_url"])
+
+    # The warm start.
     sft_warm_start: bool = Field(True, description="Supervised warm start on synthetic valid workflows before GRPO")
     sft_examples: int = Field(DEFAULT_SFT_EXAMPLES, ge=1, description="Synthetic warm-start pairs")
-    sft_steps: int | None = Field(None, ge=1, description="Warm-start optimizer steps; empty: the profile's")
-    sft_learning_rate: float | None = Field(None, gt=0, description="Warm-start learning rate; empty: the profile's")
     synthetic_style: Literal["auto", "paper", "compact"] = Field(
         "auto", description=f"Warm-start targets; auto: '{CPU_SYNTHETIC_STYLE}' on cpu, '{GPU_SYNTHETIC_STYLE}' on gpu"
     )
+    sft: SFTOverrides = Field(default_factory=SFTOverrides, description="Warm-start SFT settings over the profile's")
+
+    # What GRPO trains on, and the gate.
     contested_subpools: bool = Field(
         True,
         description="Random sub-pools show one of each question's best and one of its worst workers (cached pass "
@@ -85,12 +116,6 @@ class TrainerResource(dg.ConfigurableResource):
         False,
         description="Drop questions the world model predicts every worker solves (or none does) from the GRPO "
         "dataset of the probe and of training; needs the world_model asset",
-    )
-    world_model_bonus_weight: float = Field(
-        0.0,
-        ge=0,
-        description="Reward bonus weight * max(0, correct - W's P(success) of the final worker); 0 = off (default). "
-        "The last and most careful use of W: it rewards W's mistakes as much as good routing; needs the world_model asset",
     )
     prune_low: float = Field(PRUNE_LOW, ge=0, le=1, description="Pruning: 'none solves' when every P(success) is below")
     prune_high: float = Field(PRUNE_HIGH, ge=0, le=1, description="Pruning: 'all solve' when every P(success) is above")
@@ -103,32 +128,17 @@ class TrainerResource(dg.ConfigurableResource):
     zero_variance_threshold: float = Field(
         ZERO_VARIANCE_THRESHOLD, gt=0, le=1, description="The gate passes only if the flat-group fraction is strictly below"
     )
-    seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
 
     # ------------------------------------------------------------------ settings
 
     def grpo_settings(self, *, steps: int | None = None) -> GRPOSettings:
-        """The profile's GRPOSettings with this resource's overrides (`steps` overrides train_steps)."""
-        overrides: dict[str, object] = {
-            "reward_variant": self.reward_variant,
-            "world_model_bonus_weight": self.world_model_bonus_weight,
-            "randomize_pools": self.randomize_pools,
-            "save_steps": self.save_steps,
-            "seed": self.seed,
-        }
-        for name, value in (
-            ("num_generations", self.group_size),
-            ("questions_per_step", self.questions_per_step),
-            ("max_completion_length", self.max_completion_length),
-            ("learning_rate", self.learning_rate),
-            ("max_steps", steps or self.train_steps),
-        ):
-            if value is not None:
-                overrides[name] = value
+        """The profile's GRPOSettings with this resource's overrides (`steps` overrides max_steps)."""
+        overrides: dict[str, object] = {"seed": self.seed}
+        overrides.update((name, getattr(self, name)) for name in GRPO_OVERRIDES if getattr(self, name) is not None)
+        if steps is not None:
+            overrides["max_steps"] = steps
         if self.profile == "gpu":
             settings = GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode)
-            if self.vllm_server_base_url:
-                overrides["vllm_server_base_url"] = self.vllm_server_base_url
         else:
             settings = GRPOSettings.cpu_profile()
             if self.policy_model:
@@ -140,9 +150,10 @@ class TrainerResource(dg.ConfigurableResource):
         return settings
 
     def sft_settings(self) -> SFTSettings:
+        """The profile's SFTSettings with the `sft` overrides."""
         base = SFTSettings.gpu_profile() if self.profile == "gpu" else SFTSettings.cpu_profile()
-        overrides = {"max_steps": self.sft_steps, "learning_rate": self.sft_learning_rate}
-        return replace(base, seed=self.seed, **{k: v for k, v in overrides.items() if v is not None})
+        overrides = {name: value for name, value in self.sft.model_dump().items() if value is not None}
+        return replace(base, seed=self.seed, **overrides)
 
     @property
     def warm_start_style(self) -> SyntheticStyle:

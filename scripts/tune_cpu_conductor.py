@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
     from resources.pool import PoolResource
-    from resources.trainer import DEFAULT_SFT_EXAMPLES, TrainerResource
+    from resources.trainer import DEFAULT_SFT_EXAMPLES, SFTOverrides, TrainerResource
     from resources.warehouse import WarehouseResource
 
     database = _copy_source(args.source, args.workdir)
@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer = TrainerResource(
         output_root=str(args.workdir / "training" / tag), policy_model=str(model), seed=args.seed,
-        sft_steps=args.sft_steps, sft_learning_rate=args.sft_lr, synthetic_style=args.style,
+        sft=SFTOverrides(max_steps=args.sft_steps, learning_rate=args.sft_lr), synthetic_style=args.style,
         sft_examples=args.sft_examples or DEFAULT_SFT_EXAMPLES,
-        group_size=args.group_size, questions_per_step=args.questions_per_step, probe_steps=args.probe_steps,
-        train_steps=args.train_steps or None, max_completion_length=args.max_completion_length,
+        num_generations=args.group_size, questions_per_step=args.questions_per_step, probe_steps=args.probe_steps,
+        max_steps=args.train_steps or None, max_completion_length=args.max_completion_length,
         learning_rate=args.grpo_lr, contested_subpools=not args.no_contested_subpools,
         prune_with_world_model=args.prune,
     )

@@ -1,11 +1,11 @@
 """The zero-variance gate: aim a GPU-hour at GRPO only when the probe shows a gradient.
 
 GRPO's advantage is a reward minus its group's mean: a group whose rollouts all score the same
-contributes nothing. The reproduced project's rule is a short probe run (20 steps) and a full
-run only if *strictly fewer* than 20% of the probe's groups had zero reward variance (a tie
-fails). The verdict is persisted as a small JSON file so that training in a LATER run can check
-it, not just the run that evaluated it; the file names the probe run it judged, so a verdict
-on an older probe never opens the gate for a newer one.
+contributes nothing. The rule: a short probe run (20 steps) and a full run only if *strictly
+fewer* than 20% of the probe's groups had zero reward variance (a tie fails). The verdict is
+persisted as a small JSON file so that training in a LATER run can check it, not just the run
+that evaluated it; the file names the probe run it judged, so a verdict on an older probe never
+opens the gate for a newer one.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from conductor_pipeline.paths import write_json_atomic
 
-# The reproduction's threshold: ship the full run only if strictly fewer than 20% of groups are flat.
+# Ship the full run only if strictly fewer than 20% of the probe's groups are flat (no gradient).
 ZERO_VARIANCE_THRESHOLD = 0.20
 ZERO_VARIANCE_GATE = "zero_variance_gate"
+# The latest probe run of a pool (its id, group size, per-step figures), next to its run folders.
+PROBE_MANIFEST = "latest_probe.json"
 
 
 class GateClosedError(RuntimeError):
@@ -49,6 +52,17 @@ class GateVerdict:
             f"{self.gate} {word}: {self.figure:.3f} of {self.groups} groups (group size {self.group_size}, "
             f"{self.steps} steps) had zero reward variance; must be strictly below {self.threshold:.2f}"
         )
+
+    def summary(self) -> dict[str, object]:
+        """The figures a reader of the check or of the checkpoint it licensed needs."""
+        return {
+            "zero_variance_fraction": self.figure,
+            "group_size": self.group_size,
+            "groups": self.groups,
+            "steps": self.steps,
+            "threshold": self.threshold,
+            "probe_run_id": self.probe_run_id,
+        }
 
 
 def _flat_fraction(row: Mapping[str, object]) -> float:
@@ -92,6 +106,19 @@ def evaluate_zero_variance(
     )
 
 
+def judge_probe(
+    manifest: Mapping[str, Any], logged_steps: Iterable[Mapping[str, object]], threshold: float = ZERO_VARIANCE_THRESHOLD
+) -> GateVerdict:
+    """The gate over a probe run: its logged `training_steps` rows (TRL's flat-group figure) joined
+    with the probe manifest's per-step `frac_groups_no_signal` (ours, which the verdict prefers)."""
+    no_signal = {s["step"]: s.get("frac_groups_no_signal") for s in manifest["steps"]}
+    rows = [{"frac_zero_std": r["frac_zero_std"], "frac_groups_no_signal": no_signal.get(r["step"])} for r in logged_steps]
+    return evaluate_zero_variance(
+        rows, probe_run_id=manifest["probe_run_id"], group_size=manifest["group_size"],
+        groups_per_step=manifest["groups_per_step"], threshold=threshold,
+    )
+
+
 def write_verdict(path: str | Path, verdict: GateVerdict) -> None:
     """Write atomically: a half-written verdict must never read as a pass."""
     write_json_atomic(path, asdict(verdict))
@@ -102,6 +129,37 @@ def read_verdict(path: str | Path) -> GateVerdict | None:
     if not path.is_file():
         return None
     return GateVerdict(**json.loads(path.read_text()))
+
+
+def probe_manifest(
+    probe_run_id: str,
+    step_rows: Iterable[Mapping[str, Any]],
+    *,
+    group_size: int,
+    groups_per_step: int,
+    **facts: Any,
+) -> dict[str, Any]:
+    """What the gate judges a probe run by: its id, group shape and per-step flat-group figures
+    (TRL's `frac_zero_std` and ours), plus `facts` a reader wants next to them."""
+    steps = [
+        {"step": s["step"], "frac_zero_std": s["frac_zero_std"], "frac_groups_no_signal": s["frac_groups_no_signal"]}
+        for s in step_rows
+    ]
+    return {"probe_run_id": probe_run_id, **facts, "group_size": group_size, "groups_per_step": groups_per_step,
+            "steps": steps}
+
+
+def write_probe_manifest(probe_dir: str | Path, manifest: Mapping[str, Any]) -> Path:
+    """Record the latest probe run; the gate and training read it to know which probe is current."""
+    path = Path(probe_dir) / PROBE_MANIFEST
+    write_json_atomic(path, manifest)
+    return path
+
+
+def read_probe_manifest(probe_dir: str | Path) -> dict | None:
+    """The latest probe run's manifest, or None when no probe ran."""
+    path = Path(probe_dir) / PROBE_MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def require_open(verdict: GateVerdict | None, probe_run_id: str | None) -> GateVerdict:

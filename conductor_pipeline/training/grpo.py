@@ -1,7 +1,18 @@
-"""GRPO with TRL's GRPOTrainer: one row per optimizer step, checkpoints, resume after a kill."""
+"""GRPO with TRL's GRPOTrainer: one row per optimizer step, checkpoints, resume after a kill.
+
+What this relies on in TRL 1.16 (trl/trainer/grpo_trainer.py) and transformers' Trainer:
+- Per-step log keys (logging_steps=1): `loss`, `learning_rate`, `reward`, `reward_std`,
+  `frac_reward_zero_std`, `completions/mean_length`, `completions/clipped_ratio`, plus whatever the
+  reward logged with `log_metric` (`conductor/...`); `step_row` maps them to canonical names.
+- Resume: `train(resume_from_checkpoint=<dir>)` restores weights, optimizer, scheduler, RNG and
+  `global_step`; a larger `max_steps` on the rerun continues the count.
+- `DefaultFlowCallback` saves at `save_steps` multiples and at `max_steps`; an early stop (a callback
+  setting `should_training_stop`) does not save by itself, so `train_grpo` does.
+"""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -74,7 +85,7 @@ def _make_callbacks(
     return [StepRowCallback()]
 
 
-def _last_checkpoint(output_dir: Path) -> Path | None:
+def last_checkpoint(output_dir: Path) -> Path | None:
     """The latest *complete* `checkpoint-N`: one whose trainer state was written.
 
     The Trainer writes `trainer_state.json` last; a process killed mid-save leaves a directory
@@ -89,10 +100,19 @@ def _last_checkpoint(output_dir: Path) -> Path | None:
         path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
         if path.name.rsplit("-", 1)[1].isdigit() and (path / "trainer_state.json").is_file()
     ]
-    return max(complete, key=_checkpoint_step, default=None)
+    return max(complete, key=checkpoint_step, default=None)
 
 
-def _checkpoint_step(checkpoint: Path | None) -> int:
+def remove_checkpoints(output_dir: Path) -> None:
+    """Drop a run's `checkpoint-*` directories (weights that are not a product), keeping its logs."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    for checkpoint in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def checkpoint_step(checkpoint: Path | None) -> int:
+    """The step a `checkpoint-N` directory holds; 0 for none."""
     return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint else 0
 
 
@@ -121,10 +141,10 @@ def train_grpo(
     output_dir = Path(output_dir)
     if max_steps_override is not None:
         settings = replace(settings, max_steps=max_steps_override)
-    resumed_from = _last_checkpoint(output_dir) if resume else None
-    if resumed_from is not None and _checkpoint_step(resumed_from) >= settings.max_steps:
+    resumed_from = last_checkpoint(output_dir) if resume else None
+    if resumed_from is not None and checkpoint_step(resumed_from) >= settings.max_steps:
         # A finished run: resuming would make the Trainer take one more step on every rerun.
-        return TrainingOutcome(resumed_from, _checkpoint_step(resumed_from), [], resumed_from, False, settings.num_generations)
+        return TrainingOutcome(resumed_from, checkpoint_step(resumed_from), [], resumed_from, False, settings.num_generations)
     dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"
@@ -142,9 +162,9 @@ def train_grpo(
         trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
     finally:
         # An early stop, a fault or a finish between save steps still leaves its last step on disk.
-        if trainer.state.global_step > _checkpoint_step(_last_checkpoint(output_dir)):
+        if trainer.state.global_step > checkpoint_step(last_checkpoint(output_dir)):
             trainer._save_checkpoint(trainer.model, trial=None)
-    last = _last_checkpoint(output_dir)
+    last = last_checkpoint(output_dir)
     return TrainingOutcome(
         checkpoint_dir=last,
         global_step=trainer.state.global_step,

@@ -1,4 +1,14 @@
-"""The GRPO reward of one rollout: the paper's 0 / 0.5 / 1, as a TRL reward function."""
+"""The GRPO reward of one rollout: the paper's 0 / 0.5 / 1, as a TRL reward function.
+
+What this relies on in TRL 1.16 (trl/trainer/grpo_trainer.py):
+- A reward function may return None per completion; TRL turns it into NaN, leaves the completion
+  out of its group's mean and std and of the logged `reward`/`reward_std`, and gives it advantage 0.
+  Infrastructure failures are reported that way: excluded, never scored.
+- A group with fewer than two scorable completions has a NaN std, which `frac_reward_zero_std`
+  does NOT count as flat; `conductor/frac_groups_no_signal` (logged here) does.
+- Reward functions get every dataset column as a list keyword, plus `trainer_state`, `log_extra`
+  and `log_metric`; `log_metric(name, value)` is averaged per logging step into the trainer's logs.
+"""
 
 from __future__ import annotations
 

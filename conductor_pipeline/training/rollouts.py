@@ -1,10 +1,31 @@
-"""Rollouts: the GRPO prompt rows (randomised sub-pools) and executing sampled workflows."""
+"""Rollouts: the GRPO prompt rows (randomised sub-pools), executing sampled workflows on the pool,
+and sampling a policy outside training (the warm start's parse check, the pruning audit)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.conductor.policies import HFLocalPolicy
+from conductor_pipeline.conductor.prompt import (
+    Naming,
+    build_conductor_prompt,
+    catalogue_from_pool,
+    default_examples,
+    displayed_worker_names,
+)
+from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.config import PoolConfig
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.records import Question
+from conductor_pipeline.training.reward import RolloutVerdict, reward_for
+from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.workflow import PARSE_OK, parse_code
 
 # --- prompts: the training dataset and randomised pools ------------------------------------
 
@@ -50,3 +71,124 @@ def conductor_prompt_rows(
             {"prompt": build_messages(question, shown), "question_id": question_id(question), "workers": shown}
         )
     return rows
+
+
+# --- the pool's prompts ----------------------------------------------------------------------
+
+
+def pool_prompt_rows(
+    questions: Sequence[Question],
+    pool_config: PoolConfig,
+    settings: GRPOSettings,
+    *,
+    naming: Naming,
+    n_examples: int,
+    anchors: Mapping[str, tuple[list[str], list[str]]] | None = None,
+) -> list[dict]:
+    """GRPO dataset rows of the pool's conductor prompts: each question with the (possibly random)
+    sub-pool its prompt shows; with `anchors`, that sub-pool holds one of the question's best and
+    one of its worst workers (`routing_anchors`)."""
+    catalogue = {entry.name: entry for entry in catalogue_from_pool(pool_config)}
+    examples = default_examples(n_examples)
+
+    def build_messages(question: Question, shown: Sequence[str]) -> list[dict]:
+        return build_conductor_prompt(question, [catalogue[n] for n in shown], naming=naming, examples=examples)
+
+    return conductor_prompt_rows(
+        questions,
+        pool_config.worker_names,
+        build_messages,
+        randomize_pools=settings.randomize_pools,
+        min_pool_size=settings.min_pool_size,
+        seed=settings.seed,
+        must_show=(lambda q: anchors.get(q.question_id, ())) if anchors else None,
+    )
+
+
+# --- executing rollouts on the pool ----------------------------------------------------------
+
+
+class PoolExecutor:
+    """The reward's `execute`: parse a rollout against the sub-pool its prompt showed, run it, grade it.
+
+    Orchestrators and governors are built per event loop (asyncio primitives bind to the loop that
+    first waits on them; TRL awaits async rewards on its own loop thread) and per shown sub-pool.
+    Nothing is recorded in the warehouse (the per-step aggregates go to `training_steps`); each
+    verdict is kept in memory per question (`observed`) for the pruning audit.
+    """
+
+    def __init__(
+        self,
+        pool_config: PoolConfig,
+        workers: Mapping[str, Worker],
+        questions: Sequence[Question],
+        naming: str,
+        predict_success: Callable[[Question], dict[str, float]] | None = None,
+    ):
+        self.pool = pool_config
+        self.workers = dict(workers)
+        self.questions = {q.question_id: q for q in questions}
+        self.naming = naming
+        # W's P(success) per worker, for the reward bonus; computed once per question.
+        self.predict_success = predict_success
+        self._predicted: dict[str, dict[str, float]] = {}
+        self._orchestrators: dict[tuple[int, tuple[str, ...]], Orchestrator] = {}
+        self._governors: dict[int, Governor] = {}
+        self.observed: dict[str, list[RolloutVerdict]] = {}
+
+    def _orchestrator(self, shown: tuple[str, ...]) -> Orchestrator:
+        loop_id = id(asyncio.get_running_loop())
+        key = (loop_id, shown)
+        if key not in self._orchestrators:
+            governor = self._governors.setdefault(loop_id, Governor.from_pool(self.pool))
+            sub_pool = self.pool.model_copy(update={"workers": [self.pool.seat(name) for name in shown]})
+            self._orchestrators[key] = Orchestrator(sub_pool, self.workers, governor, None, naming=self.naming)
+        return self._orchestrators[key]
+
+    async def __call__(self, completion: str, row: dict) -> RolloutVerdict:
+        orchestrator = self._orchestrator(tuple(row["workers"]))
+        question = self.questions[row["question_id"]]
+        code, correct, final_worker = await orchestrator.score_completion(question, completion)
+        verdict = RolloutVerdict(code, correct, expected_success=self._expected(question, final_worker))
+        self.observed.setdefault(row["question_id"], []).append(verdict)
+        return verdict
+
+    def _expected(self, question: Question, worker: str | None) -> float | None:
+        if self.predict_success is None or worker is None:
+            return None
+        if question.question_id not in self._predicted:
+            self._predicted[question.question_id] = self.predict_success(question)
+        return self._predicted[question.question_id].get(worker)  # None for a conductor seat
+
+    def observed_rewards(self, variant: str) -> dict[str, list[float]]:
+        """Question id -> the scored rewards of its rollouts so far (infrastructure failures left out)."""
+        rewards = {qid: [reward_for(v, variant) for v in verdicts] for qid, verdicts in self.observed.items()}
+        return {qid: [r for r in values if r is not None] for qid, values in rewards.items()}
+
+
+# --- sampling the policy without training ----------------------------------------------------
+
+
+async def sample_completions(
+    model_path: Path | str, rows: Sequence[dict], samples: int, max_new_tokens: int
+) -> list[tuple[dict, str]]:
+    """`samples` completions per row at temperature 1 (the rollout temperature), seeded per row."""
+    policy = HFLocalPolicy(model_path)
+    texts = []
+    try:
+        for index, row in enumerate(rows):
+            outputs = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
+            texts += [(row, out.text) for out in outputs]
+    finally:
+        await policy.aclose()
+    return texts
+
+
+def parse_check(
+    model_path: Path | str, rows: Sequence[dict], naming: Naming, max_new_tokens: int, samples: int
+) -> tuple[float, dict[str, int]]:
+    """(share of sampled completions that parse, count per parse code) at temperature 1, each
+    completion parsed against the workers its prompt showed."""
+    texts = asyncio.run(sample_completions(model_path, rows, samples, max_new_tokens))
+    codes = Counter(parse_code(text, displayed_worker_names(row["workers"], naming)) for row, text in texts)
+    return (codes[PARSE_OK] / len(texts) if texts else 0.0), dict(codes.most_common())

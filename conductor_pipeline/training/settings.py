@@ -19,8 +19,9 @@ def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
-TINY_POLICY = "tiny"  # the offline model from conductor_pipeline.tiny_models (CPU profile)
-# The tiny CPU policy's shape (see the module docstring for the measurements behind it).
+TINY_POLICY = "tiny"  # the offline model from conductor_pipeline.training.tiny_models (CPU profile)
+# The tiny CPU policy's shape: on a CPU a step costs about as much as a narrower model's (both are
+# overhead-bound) and the format is learnt in fewer steps; deeper or wider models learnt it slower.
 CPU_POLICY_HIDDEN_SIZE = 128
 CPU_POLICY_LAYERS = 2
 
@@ -48,7 +49,7 @@ class GRPOSettings:
         "Advantage scaling: 'group' (standard GRPO), 'batch', or 'none' (Dr. GRPO)."))
     num_iterations: int = field(default=1, metadata=_help("Policy updates per generation batch (GRPO's mu)."))
     save_steps: int = field(default=10, metadata=_help(
-        "Checkpoint every N steps (the reproduction's requirement: 10); a rerun resumes from the latest."))
+        "Checkpoint every N steps (10: a killed run loses at most 10 steps); a rerun resumes from the latest."))
     save_total_limit: int | None = field(default=None, metadata=_help("Keep at most this many checkpoints; None keeps all."))
     reward_variant: RewardVariant = field(default="paper", metadata=_help(
         "'paper': 0 unparseable / 0.5 parsed but wrong / 1 correct; 'strict': 0 / 0 / 1."))
@@ -56,7 +57,7 @@ class GRPOSettings:
         "Reward penalty per USD of worker cost; 0 keeps cost out of the reward (the paper)."))
     world_model_bonus_weight: float = field(default=0.0, metadata=_help(
         "Reward bonus weight * max(0, correct - W's P(success) of the final worker); 0 (off) by default. "
-        "The last and most careful use of W: see `routing_bonus`."))
+        "The last and most careful use of W (see `routing_bonus`); needs the pool's world model."))
     randomize_pools: bool = field(default=True, metadata=_help(
         "Show each training question a random subset of the pool (the paper's randomised pools)."))
     min_pool_size: int = field(default=2, metadata=_help("Smallest random pool subset shown to the policy."))
@@ -95,8 +96,9 @@ class GRPOSettings:
     def cpu_profile(cls, **overrides: Any) -> GRPOSettings:
         """The embedded default and CI: the tiny offline model, groups of 8, a few dozen steps.
 
-        lr is far above the paper's: a tiny model moves nowhere at 1e-6 in 24 steps. Groups of 8
-        and the 80-token cap: see the module docstring.
+        lr is far above the paper's: a tiny model moves nowhere at 1e-6 in 24 steps. Groups of 8:
+        groups of 4 are too often all-equal for the zero-variance gate. The 80-token cap holds every
+        compact warm-start target (a test checks), so no sampled workflow of a learnt shape is cut.
         """
         settings = cls(
             policy_model=TINY_POLICY,
@@ -212,9 +214,8 @@ class SFTSettings:
     def cpu_profile(cls, **overrides: Any) -> SFTSettings:
         """Tiny model, high lr, short run: enough for the format to appear in samples.
 
-        The last tenths of loss are what make sampled structure reliable. Measured on the real
-        conductor prompts (module docstring): lr 7e-3 x 160 steps with 10% warmup, parse rate
-        ~0.75 at temperature 1 on two seeds; lr 1e-2 was unstable on one seed of two.
+        The last tenths of loss are what make sampled structure reliable: lr 7e-3 with 10% warmup
+        over 160 steps gets there; higher rates are unstable on some seeds.
         """
         settings = cls(
             learning_rate=7e-3,
@@ -264,3 +265,8 @@ class SFTSettings:
 def settings_help(settings_class: type) -> dict[str, str]:
     """Field name -> help text, for docs and Dagster config descriptions."""
     return {f.name: f.metadata.get("help", "") for f in fields(settings_class)}
+
+
+# Field name -> help text: the one source of every knob's description (the trainer resource reads it).
+GRPO_HELP = settings_help(GRPOSettings)
+SFT_HELP = settings_help(SFTSettings)

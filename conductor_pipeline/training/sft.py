@@ -68,3 +68,14 @@ def warm_start_sft(
     (output_dir / SFT_LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1))
     write_json_atomic(manifest_path, {"digest": digest, "base_model": str(model_path), "examples": len(examples)})
     return output_dir
+
+
+def read_sft_history(model_dir: str | Path) -> list[dict]:
+    """The trainer's log history a warm start wrote next to its model; empty when there is none."""
+    path = Path(model_dir) / SFT_LOG_HISTORY
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def final_loss(history: Sequence[dict]) -> float:
+    """The last logged training loss; NaN when none was logged."""
+    return float(next((h["loss"] for h in reversed(history) if "loss" in h), float("nan")))

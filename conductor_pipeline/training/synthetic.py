@@ -13,9 +13,9 @@ Two styles:
   (`COMPACT_SUBTASKS`), one to three steps. Why: a 2-4 layer model sampled at temperature 1 must
   reproduce every structural token of ~25-60 tokens; each free choice in the target (reasoning
   wording, phrasing) is entropy the model cannot tell apart from the format and samples as noise.
-  Measured (scripts/tune_cpu_conductor.py): "paper" targets left the tiny model parseable 6% of
-  the time at temperature 1; "compact" targets, see `conductor_pipeline.training.SFTSettings`.
-  The remaining free choices are exactly the ones GRPO should learn: which worker, how many steps.
+  "Paper" targets leave the tiny model almost never parseable at temperature 1; compact ones teach
+  it the format. The remaining free choices are exactly the ones GRPO should learn: which worker,
+  how many steps.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ class _Shape:
     reasonings: tuple[str, ...]
 
 
-# Weights lean to one step: the phase-0 finding is that most useful workflows are short, and a
-# format warm start should not teach that every question needs three calls.
+# Weights lean to one step: most useful workflows are short (a prompted conductor's parsed workflows
+# were nearly all single-step), and a format warm start should not teach that every question needs
+# three calls.
 SHAPES: tuple[_Shape, ...] = (
     _Shape(
         (f"Solve the problem step by step. {FINAL}",),

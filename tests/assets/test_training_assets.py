@@ -19,16 +19,16 @@ from assets.training import (
     TRAINING_ASSETS,
     TRAINING_CHECKS,
     TRAINING_JOBS,
-    PoolExecutor,
-    _bonus_predictor,
     conductor_checkpoint,
+    contested_dir,
     contested_set,
     contested_set_size,
     pass_rates,
-    read_contested_manifest,
 )
+from assets.world_model import world_model_path
 from conductor_pipeline.corpora.loaders import load_gsm8k
 from conductor_pipeline.splits import split_of
+from conductor_pipeline.training.dataset import TrainingDataError, bonus_predictor, read_contested_manifest
 from conductor_pipeline.training.gates import (
     GateClosedError,
     evaluate_zero_variance,
@@ -36,6 +36,7 @@ from conductor_pipeline.training.gates import (
     require_open,
     write_verdict,
 )
+from conductor_pipeline.training.rollouts import PoolExecutor
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource
@@ -49,7 +50,7 @@ WORKERS = ["gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "llama-3.1-405b", "d
 SAMPLES = 5  # k samples: 0/5 vs 5/5 Wilson 95% intervals separate (0/3 vs 3/3 do not)
 N_TRAIN, N_EVAL = 6, 3
 # Toy GRPO: 2 questions x 4 rollouts per step, short completions.
-TOY = dict(group_size=4, questions_per_step=2, max_completion_length=24, probe_steps=2, save_steps=10)
+TOY = dict(num_generations=4, questions_per_step=2, max_completion_length=24, probe_steps=2, save_steps=10)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +93,10 @@ def _resources(database: str, tmp_path: Path, tiny_model: Path, **trainer) -> di
     }
 
 
+def _contested_manifest(resources: dict) -> dict:
+    return read_contested_manifest(contested_dir(resources["warehouse"]), POOL)
+
+
 def _chain(resources: dict, min_size: int, selection=TRAINING_ASSETS) -> dg.ExecuteInProcessResult:
     return dg.materialize(
         [*TRAINING_ASSETS, *TRAINING_CHECKS, pass_rates],
@@ -120,7 +125,7 @@ def test_contested_set_keeps_only_train_questions_the_pool_splits_on(gsm8k, tmp_
         resources=resources, run_config=dg.RunConfig(ops={"contested_set": {"config": {"min_size": 100}}}),
         raise_on_error=False,
     )
-    manifest = read_contested_manifest(resources["warehouse"], POOL)
+    manifest = _contested_manifest(resources)
     # Every question splits the pool (weak 0/3, the rest 3/3), but only the train side may enter.
     assert sorted(manifest["question_ids"]) == sorted(q.question_id for q in train)
     assert not {q.question_id for q in held_out} & set(manifest["question_ids"])
@@ -141,7 +146,7 @@ def test_a_pool_where_every_question_is_easy_never_reaches_training(gsm8k, tmp_p
     assert not result.success
     assert _checks(result) == {"contested_set_size": False}
     assert _materialized(result) == {"contested_set"}  # no probe, no gate, no checkpoint
-    assert read_contested_manifest(_resources(database, tmp_path, tiny_model)["warehouse"], POOL)["counts"]["all_solve"] == N_TRAIN
+    assert _contested_manifest(_resources(database, tmp_path, tiny_model))["counts"]["all_solve"] == N_TRAIN
 
 
 def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, tmp_path, tiny_model):
@@ -188,7 +193,7 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     steps = 2
 
     def train_to(max_steps: int) -> dg.ExecuteInProcessResult:
-        resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, train_steps=max_steps)
+        resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, max_steps=max_steps)
         if max_steps == steps:
             _chain(resources, min_size=1, selection=[contested_set])
             _open_gate(resources["trainer"])
@@ -269,7 +274,7 @@ def test_world_model_pruning_drops_predicted_flat_questions_and_audits_the_skip(
     dg.materialize([world_model, pass_rates], selection=dg.AssetSelection.assets(world_model), resources=resources)
     result = _chain(resources, min_size=1, selection=[contested_set, TRAINING_ASSETS[1], TRAINING_ASSETS[2]])
     assert "contested_set" in _materialized(result)
-    assert read_contested_manifest(resources["warehouse"], POOL)["size"] == N_TRAIN  # the contested set itself is untouched
+    assert _contested_manifest(resources)["size"] == N_TRAIN  # the contested set itself is untouched
     [probe] = result.asset_materializations_for_node("grpo_probe_run")
     pruning = probe.metadata["world_model_pruning"].value
     assert probe.metadata["pruned_questions"].value == len(believed_easy)
@@ -307,8 +312,10 @@ def test_reward_bonus_sees_ws_prediction_for_the_final_worker_once_per_question(
 
 def test_reward_bonus_without_a_world_model_fails_naming_the_knob(tmp_path, tiny_model):
     resources = _resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model, world_model_bonus_weight=0.1)
-    assert resources["trainer"].grpo_settings().world_model_bonus_weight == 0.1  # reaches the reward's settings
-    assert _bonus_predictor(_resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model)["trainer"],
-                            resources["warehouse"], resources["pool"].load()) is None  # off: W is never loaded
-    with pytest.raises(dg.Failure, match="world_model_bonus_weight is on but no world model"):
-        _bonus_predictor(resources["trainer"], resources["warehouse"], resources["pool"].load())
+    weight = resources["trainer"].grpo_settings().world_model_bonus_weight
+    assert weight == 0.1  # reaches the reward's settings
+    path, seats = world_model_path(resources["warehouse"], POOL), resources["pool"].load().workers
+    off = _resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model)["trainer"].grpo_settings().world_model_bonus_weight
+    assert bonus_predictor(off, path, seats) is None  # off: W is never loaded
+    with pytest.raises(TrainingDataError, match="world_model_bonus_weight is on but no world model"):
+        bonus_predictor(weight, path, seats)

@@ -169,16 +169,16 @@ def simulate_kill_mid_save(out_dir: Path, complete_step: int) -> Path:
 
 
 def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path: Path) -> None:
-    from conductor_pipeline.training.grpo import _last_checkpoint
+    from conductor_pipeline.training.grpo import last_checkpoint
 
     complete = tmp_path / "checkpoint-2"
     complete.mkdir()
     (complete / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
     (tmp_path / "checkpoint-10").mkdir()  # numeric order, not lexical: a complete 10 would win
     simulate_kill_mid_save(tmp_path, 2)
-    assert _last_checkpoint(tmp_path) == complete
+    assert last_checkpoint(tmp_path) == complete
     (tmp_path / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
-    assert _last_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
+    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
 
 
 def read_steps(process: subprocess.Popen, until_step: int | None, timeout_s: float) -> list[tuple[int, float]]:

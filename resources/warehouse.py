@@ -14,9 +14,12 @@ from pydantic import Field
 from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.warehouse import Warehouse
 
-DEFAULT_WAREHOUSE_PATH = os.environ.get(
-    "CORYPHAEUS_WAREHOUSE", str(ARTIFACTS_DIR / "warehouse.duckdb")
-)
+WAREHOUSE_ENV = "CORYPHAEUS_WAREHOUSE"
+
+
+def default_warehouse_path() -> str:
+    """`$CORYPHAEUS_WAREHOUSE`, else artifacts/warehouse.duckdb; read when the resource is built."""
+    return os.environ.get(WAREHOUSE_ENV) or str(ARTIFACTS_DIR / "warehouse.duckdb")
 
 
 class WarehouseResource(DuckDBResource):
@@ -27,7 +30,10 @@ class WarehouseResource(DuckDBResource):
     single-writer lock. Assets use `get_warehouse()` for the library's batch writes and SQL files.
     """
 
-    database: str = Field(DEFAULT_WAREHOUSE_PATH, description="Path of the DuckDB file")
+    database: str = Field(
+        default_factory=default_warehouse_path,
+        description=f"Path of the DuckDB file (default ${WAREHOUSE_ENV}, else artifacts/warehouse.duckdb)",
+    )
     lock_timeout_s: float = Field(600.0, description="How long a step waits for the warehouse lock")
 
     def get_warehouse(self) -> Warehouse:

@@ -26,7 +26,7 @@ from tests.shared_data import require_shared_data
 POOL = "replay-mixed6"
 # A whole run at toy sizes: a 60-question probe slice, 2 GRPO steps of 2 questions x 4 rollouts,
 # a 4-question eval slice, a world model on 2 x 2 folds.
-TOY_TRAINER = dict(group_size=4, questions_per_step=2, max_completion_length=24, probe_steps=1, train_steps=1,
+TOY_TRAINER = dict(num_generations=4, questions_per_step=2, max_completion_length=24, probe_steps=1, max_steps=1,
                    save_steps=10, sft_warm_start=False)
 FAST_WORLD_MODEL = {"num_threads": 1, "text_components": 8, "question_folds": 2, "worker_folds": 2, "n_bootstrap": 10}
 OP_CONFIG = {
@@ -34,7 +34,7 @@ OP_CONFIG = {
     "contested_set": {"min_size": 1},
     "world_model": FAST_WORLD_MODEL,
     "world_model_report": FAST_WORLD_MODEL,
-    "eval_arms": {"slice_size": 4, "world_model_threads": 1},
+    "eval_arms": {"slice_size": 4, "world_model": {"num_threads": 1}},
 }
 TRAINING_ONLY_JOB = "conductor_checkpoint_only"
 
@@ -66,7 +66,7 @@ def open_gate_for_latest_probe(instance: dg.DagsterInstance, trainer: TrainerRes
     """
     probe_run_id = latest_metadata(instance, "grpo_probe_run")["probe_run_id"].value
     verdict = evaluate_zero_variance([{"frac_zero_std": 0.0}], probe_run_id=probe_run_id,
-                                     group_size=TOY_TRAINER["group_size"],
+                                     group_size=TOY_TRAINER["num_generations"],
                                      groups_per_step=TOY_TRAINER["questions_per_step"])
     write_verdict(trainer.gate_path(POOL), verdict)
 

@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-# A finished `make run` of the default pool (override with --source).
-DEFAULT_SOURCE = Path("/work/clonecheck/artifacts/warehouse.duckdb")
+# A finished `make run` of the default pool in this checkout (override with --source).
+DEFAULT_SOURCE = Path(__file__).resolve().parents[1] / "artifacts" / "warehouse.duckdb"
 DEFAULT_WORKDIR = Path("/tmp/tune_cpu_conductor")
 
 

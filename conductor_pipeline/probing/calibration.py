@@ -183,7 +183,7 @@ def routing_anchors(pass_rates: pl.DataFrame) -> dict[str, tuple[list[str], list
     Why: a randomised sub-pool that happens to show only solvers (or only failers) of a contested
     question removes the routing decision the question was chosen for, and every rollout of it
     scores the same. Showing one worker of each list keeps the decision in every sub-pool
-    (`conductor_pipeline.training.conductor_prompt_rows(must_show=...)`).
+    (`conductor_pipeline.training.rollouts.conductor_prompt_rows(must_show=...)`).
     """
     rates = pass_rates
     if "pass_rate" not in rates.columns:

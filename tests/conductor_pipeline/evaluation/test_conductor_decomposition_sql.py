@@ -21,7 +21,7 @@ def _qid(i: int) -> str:
     return f"test/q/{i:03d}.json"
 
 
-def phase0_shape() -> tuple[list[dict], list[dict]]:
+def coryphaeus_published_shape() -> tuple[list[dict], list[dict]]:
     solves = {
         "q9": set(range(0, 88)),  # 88 / 150: the best single worker
         "q4": set(range(19, 99)),  # 80 / 150
@@ -66,8 +66,8 @@ def run_sql(outcomes: list[dict], conductor: list[dict]) -> dict:
     return dict(zip(columns, rows[0], strict=True))
 
 
-def test_reproduces_the_phase0_shape():
-    result = run_sql(*phase0_shape())
+def test_reproduces_the_coryphaeus_published_shape():
+    result = run_sql(*coryphaeus_published_shape())
     assert result["n_questions"] == 150
     assert result["best_worker"] == "q9"
     assert round(result["best_single"] * 100, 1) == 58.7
@@ -89,7 +89,7 @@ def test_reproduces_the_phase0_shape():
 
 
 def test_only_questions_present_in_both_count():
-    outcomes, conductor = phase0_shape()
+    outcomes, conductor = coryphaeus_published_shape()
     # Solo outcomes for 10 questions the conductor never saw, and a conductor row with no solo data.
     outcomes += [{"question_id": f"extra/{i}", "worker": "q2", "correct": True} for i in range(10)]
     conductor.append({"question_id": "orphan", "parse_code": "ok", "correct": True, "workers": ["q2"]})

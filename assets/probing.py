@@ -15,6 +15,7 @@ import polars as pl
 from pydantic import Field
 
 from assets.metadata import png_markdown
+from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.plots import pass_rate_plot
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.probing.ceilings import pool_ceilings, whole_pool_row, widest_null_pool_row
@@ -192,10 +193,16 @@ def oracle_ceilings(
 ) -> dg.MaterializeResult:
     """Oracle ceiling of the pool, each leave-one-out and best sub-pool of size <= 3, and the null pool."""
     pool_config = pool.load()
-    table = pool_ceilings(warehouse.get_warehouse(), pool_config.name, pool_config.worker_names)
+    store = warehouse.get_warehouse()
+    table = pool_ceilings(store, pool_config.name, pool_config.worker_names)
     real = whole_pool_row(table)
     widest_null = widest_null_pool_row(table)
     note = null_pool_note(real, widest_null)
+    population = store.query_file("pool_population", {"pool": pool_config.name, "workers": pool_config.worker_names})
+    population_line = (
+        f"Population: {population_text(population)}, every probed question of the pool that all its workers "
+        "answered, on both sides of the project's train/eval split."
+    )
     context.log.info(f"{pool_config.name}: oracle {real['oracle']}, best single {real['best_single']}. {note}")
     metadata: dict[str, dg.MetadataValue] = {
         "pool": dg.MetadataValue.text(pool_config.name),
@@ -205,7 +212,8 @@ def oracle_ceilings(
         "oracle": dg.MetadataValue.float(float(real["oracle"] or 0.0)),
         "headroom": dg.MetadataValue.float(float(real["headroom"] or 0.0)),
         "unsolved": dg.MetadataValue.int(real["unsolved"] or 0),
-        "ceilings": dg.MetadataValue.md(ceilings_markdown(table) + "\n\n" + note),
+        "population": dg.MetadataValue.text(population_line),
+        "ceilings": dg.MetadataValue.md(ceilings_markdown(table) + "\n\n" + population_line + "\n\n" + note),
     }
     if widest_null is not None:
         metadata["null_pool_headroom"] = dg.MetadataValue.float(float(widest_null["headroom"]))

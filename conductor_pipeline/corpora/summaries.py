@@ -38,3 +38,24 @@ def split_count_table(questions_per_split: Mapping[str, int]) -> str:
 def warehouse_breakdown_table(breakdown: pl.DataFrame) -> str:
     """sql/questions_by_corpus_split_level.sql's frame as markdown; a missing level shows as NO_LEVEL."""
     return tabulate(breakdown.rows(), headers=breakdown.columns, tablefmt="github", missingval=NO_LEVEL)
+
+
+def population_text(questions: pl.DataFrame) -> str:
+    """One line naming a set of questions by corpus, source split and level, e.g.
+    "2040 questions (gsm8k test 1319, math test L5 721)".
+
+    `questions` has a `question_id` and a `corpus` column, optionally `split` and `level`; a
+    question on several rows counts once. Two figures measured on different populations can only
+    be compared once each says which questions it counted.
+    """
+    keys = [name for name in ("corpus", "split", "level") if name in questions.columns]
+    counts = questions.unique("question_id").group_by(keys).agg(n=pl.len()).sort(keys, nulls_last=True)
+    parts = []
+    for row in counts.iter_rows(named=True):
+        level = row.get("level")
+        label = [str(row["corpus"])]
+        label += [str(row["split"])] if row.get("split") else []
+        label += [f"L{level}"] if level is not None else []
+        parts.append(f"{' '.join(label)} {row['n']}")
+    total = int(counts["n"].sum()) if counts.height else 0
+    return f"{total} questions" + (f" ({', '.join(parts)})" if parts else "")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from conductor_pipeline.corpora.summaries import split_count_table, subject_level_table, warehouse_breakdown_table
+from conductor_pipeline.corpora.summaries import (
+    population_text,
+    split_count_table,
+    subject_level_table,
+    warehouse_breakdown_table,
+)
 from conductor_pipeline.records import Question
 
 
@@ -32,3 +37,15 @@ def test_split_counts_and_a_missing_level_shown_as_unknown():
     lines = warehouse_breakdown_table(breakdown).splitlines()
     assert cells(lines[0]) == ["corpus", "level", "questions"]
     assert cells(lines[2]) == ["gsm8k", "?", "7"] and cells(lines[3]) == ["math", "5", "2"]
+
+
+def test_population_text_counts_each_question_once_by_corpus_split_and_level():
+    frame = pl.DataFrame({
+        "question_id": ["a", "b", "b", "g1", "g2"],
+        "corpus": ["math", "math", "math", "gsm8k", "gsm8k"],
+        "split": ["test"] * 5,
+        "level": [5, 4, 4, None, None],
+    })
+    assert population_text(frame) == "4 questions (gsm8k test 2, math test L4 1, math test L5 1)"
+    assert population_text(frame.drop("split", "level")) == "4 questions (gsm8k 2, math 2)"
+    assert population_text(frame.clear()) == "0 questions"

@@ -28,6 +28,11 @@ from resources.warehouse import WarehouseResource
 
 GROUP = "world_model"
 BEATS_MARGINAL_CHECK = "beats_worker_marginal"
+BEATS_MARGINAL_DESCRIPTION = (
+    "Does W's out-of-fold log loss beat the per-worker marginal accuracy (one number per worker, the weakest "
+    "baseline) with a bootstrap interval over questions clear of 0? Passing says W knows more than which worker "
+    "is stronger; it says nothing about the subject-aware baselines, which the verdict reports separately."
+)
 # Where the pool's train-split W is saved, next to its all-data W (`world_model_path`).
 TRAIN_SPLIT_W_SUFFIX = "-train-split.pkl"
 
@@ -110,7 +115,9 @@ def world_model(
     group_name=GROUP,
     deps=[world_model],
     kinds={"lightgbm"},
-    check_specs=[dg.AssetCheckSpec(BEATS_MARGINAL_CHECK, asset="world_model_report")],
+    check_specs=[
+        dg.AssetCheckSpec(BEATS_MARGINAL_CHECK, asset="world_model_report", description=BEATS_MARGINAL_DESCRIPTION)
+    ],
 )
 def world_model_report(
     context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
@@ -138,10 +145,12 @@ def world_model_report(
         "metrics": dg.MetadataValue.md(report.to_markdown()),
         "reliability_diagram": png_markdown(report.reliability_png, "reliability diagram"),
         "beats_worker_marginal": dg.MetadataValue.bool(beats),
+        "beats_subject_aware": dg.MetadataValue.bool(report.beats_subject_aware),
         "report_path": dg.MetadataValue.path(str(report_path)),
     }
     for routing in report.routing:
         metadata[f"headroom_recovered[{routing.pool}]"] = dg.MetadataValue.float(routing.headroom_recovered.value)
+        metadata[f"routing_population[{routing.pool}]"] = dg.MetadataValue.text(routing.population)
     return dg.MaterializeResult(
         metadata=metadata,
         check_results=[
@@ -149,8 +158,11 @@ def world_model_report(
                 check_name=BEATS_MARGINAL_CHECK,
                 passed=beats,
                 severity=dg.AssetCheckSeverity.WARN,
-                description="W's out-of-fold log loss beats the per-worker marginal with a bootstrap interval clear of 0",
-                metadata={"verdict": dg.MetadataValue.text(questions.verdict)},
+                description=report.headline,
+                metadata={
+                    "verdict": dg.MetadataValue.text(questions.verdict),
+                    "beats_subject_aware": dg.MetadataValue.bool(report.beats_subject_aware),
+                },
             )
         ],
     )

@@ -5,10 +5,13 @@ Two splits, both out-of-sample for W and for every baseline (each is refitted pe
 - `questions`: GroupKFold over question ids, so no question is on both sides; every row gets an
   out-of-fold prediction. Baselines: per-worker marginal accuracy, and per-worker x subject
   (x level) accuracy smoothed toward the worker marginal.
-- `held_out_workers`: GroupKFold over workers; W is trained WITHOUT the worker-identity feature and
+- `held_out_workers`: K folds over workers; W is trained WITHOUT the worker-identity feature and
   predicts unseen workers from catalogue attributes (the Conductor trains on randomised pools).
   A worker marginal does not exist for an unseen worker, so the baselines are the global rate,
-  the family rate, and the question's rate among the training workers.
+  the family rate, and the question's rate among the training workers. Workers of one family go
+  to different folds, so a family with several workers is always seen in training; a worker that
+  is its family's only one (or has no catalogue family) gets the global rate as its family rate,
+  and the report counts how many do.
 
 Metrics (scikit-learn): log loss, Brier, ROC AUC, and expected calibration error, each with a
 bootstrap interval that resamples *questions*; the paired difference W - baseline is bootstrapped
@@ -30,8 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 from sklearn.model_selection import GroupKFold
 
+from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.plots import reliability_png
 from conductor_pipeline.pools.config import WorkerSeat
+from conductor_pipeline.splits import split_of
 from conductor_pipeline.world_model.data import normalize_training_frame
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
@@ -43,6 +48,14 @@ PROBABILITY_EPS = 1e-4
 METRICS = ("log_loss", "brier", "roc_auc", "ece")
 LOWER_IS_BETTER = {"log_loss": True, "brier": True, "roc_auc": False, "ece": True}
 W_NAME = "world_model"
+# Baselines that know the question's subject (and level): W must beat these to earn its features.
+SUBJECT_AWARE_BASELINES = ("worker_x_subject", "worker_x_subject_x_level")
+ROUTING_POPULATION_NOTE = (
+    "Routed questions: {population}. These are every question on which each worker of the pool has a scored "
+    "call (probe or workflow step) in the warehouse, on both sides of the project's train/eval split, each routed "
+    "by a W fitted without it (GroupKFold over questions). It is not the eval slice `eval_tables` routes on, and "
+    "`oracle_ceilings` counts probe calls of this pool only, so their accuracies differ in scale."
+)
 
 
 class EvaluationSettings(BaseModel):
@@ -116,9 +129,13 @@ class SplitReport:
     scores: dict[str, dict[str, Estimate]]  # model -> metric -> estimate
     comparisons: list[Comparison]
     reliability: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # model -> (mean predicted, observed, count)
+    note: str = ""  # how to read a baseline whose figures coincide with another's
+
+    def comparison(self, baseline: str, metric: str = "log_loss") -> Comparison:
+        return next(c for c in self.comparisons if c.baseline == baseline and c.metric == metric)
 
     def beats(self, baseline: str, metric: str = "log_loss") -> bool:
-        return next(c.w_better for c in self.comparisons if c.baseline == baseline and c.metric == metric)
+        return self.comparison(baseline, metric).w_better
 
     @property
     def verdict(self) -> str:
@@ -148,14 +165,16 @@ class RoutingReport:
     headroom_recovered: Estimate  # (W - best single) / (oracle - best single)
     lambda_cost: float
     note: str = ""
+    population: str = ""  # the routed questions by corpus and level, and by side of the project's split
 
     @property
     def verdict(self) -> str:
         w = self.accuracy["w_router"]
         best = self.accuracy["best_single"]
         oracle = self.accuracy["oracle"]
+        population = self.population or f"{self.n_questions} questions"
         return (
-            f"routing on {self.pool} ({len(self.workers)} workers, {self.n_questions} held-out questions): "
+            f"routing on {self.pool} ({len(self.workers)} workers; {population}; each routed out-of-fold): "
             f"W-router {w.value:.3f} vs best single {best.value:.3f} ({self.best_single_worker}) vs oracle {oracle.value:.3f}; "
             f"headroom recovered {self.headroom_recovered.value:+.1%} [{self.headroom_recovered.low:+.1%}, {self.headroom_recovered.high:+.1%}]"
         )
@@ -171,7 +190,31 @@ class WorldModelReport:
 
     @property
     def verdicts(self) -> list[str]:
-        return [s.verdict for s in self.splits] + [r.verdict for r in self.routing]
+        return [self.headline, *(s.verdict for s in self.splits), *(r.verdict for r in self.routing)]
+
+    @property
+    def beats_subject_aware(self) -> bool:
+        """W's log loss beats every subject-aware baseline with an interval clear of 0."""
+        questions = self.split("questions")
+        present = [b for b in SUBJECT_AWARE_BASELINES if b in questions.scores]
+        return bool(present) and all(questions.beats(b) for b in present)
+
+    @property
+    def headline(self) -> str:
+        """One plain sentence: which baselines W clearly beats on held-out questions, and which not."""
+        questions = self.split("questions")
+        marginal = "beats" if questions.beats("worker_marginal") else "does NOT clearly beat"
+        unclear = [b for b in SUBJECT_AWARE_BASELINES if b in questions.scores and not questions.beats(b)]
+        worse = [b for b in unclear if questions.comparison(b).w_worse]
+        if not unclear:
+            return (f"W {marginal} the per-worker marginal and beats the subject-aware baselines "
+                    f"({', '.join(SUBJECT_AWARE_BASELINES)}) on held-out questions (log loss, intervals clear of 0).")
+        if worse:
+            return (f"W {marginal} the per-worker marginal but LOSES TO {', '.join(worse)} on held-out questions "
+                    "(log loss): a per-worker table of subject (and level) accuracy predicts better than W.")
+        return (f"W {marginal} the per-worker marginal but does NOT clearly beat {', '.join(unclear)} on held-out "
+                "questions (log loss interval includes 0): most of what W predicts, a per-worker table of subject "
+                "(and level) accuracy predicts too.")
 
     def split(self, name: str) -> SplitReport:
         return next(s for s in self.splits if s.name == name)
@@ -198,6 +241,8 @@ class WorldModelReport:
             lines += ["", "| model | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
             for model, metrics in s.scores.items():
                 lines.append(f"| {model} | " + " | ".join(metrics[m].fmt() for m in METRICS) + " |")
+            if s.note:
+                lines += ["", s.note]
             lines += ["", "| W - baseline | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
             for baseline in dict.fromkeys(c.baseline for c in s.comparisons):
                 cells = []
@@ -210,6 +255,7 @@ class WorldModelReport:
             lines += ["", "## Routing value (held-out questions)", ""]
             for r in self.routing:
                 lines += [f"### Pool `{r.pool}`", "", f"Workers: {', '.join(r.workers)}", ""]
+                lines += [ROUTING_POPULATION_NOTE.format(population=r.population), ""]
                 lines += ["| arm | accuracy |", "|---|---|"]
                 lines += [f"| {arm} | {e.fmt(3)} |" for arm, e in r.accuracy.items()]
                 lines += ["", f"Share of oracle headroom recovered by the W-router: {r.headroom_recovered.fmt(3)}"]
@@ -243,12 +289,12 @@ def baseline_predictions(
     """Each baseline's P(success) for the test rows, fitted on the training rows only."""
 
     def prepared(frame: pl.DataFrame) -> pl.DataFrame:
-        families = {name: seat.family or "unknown" for name, seat in seats.items()}
+        # A worker without a catalogue family has none: it must not pool with other unknowns.
         return frame.with_columns(
             y=pl.col("correct").cast(pl.Float64),
             group=pl.coalesce("subject", "corpus", pl.lit("unknown")),
             level_key=pl.col("level").fill_null(-1),
-            family=pl.col("worker").replace_strict(families, default="unknown", return_dtype=pl.String),
+            family=pl.col("worker").replace_strict(catalogue_families(seats), default=None, return_dtype=pl.String),
         )
 
     train, test = prepared(train), prepared(test)
@@ -274,7 +320,8 @@ def baseline_predictions(
         out["worker_x_subject_x_level"] = np.where(np.isnan(level_pred), out["worker_x_subject"], level_pred)
     else:
         out["global_rate"] = np.full(test.height, g)
-        family = _smoothed_rates(train, ["family"], global_rate, [], smoothing, "p")
+        with_family = train.filter(pl.col("family").is_not_null())
+        family = _smoothed_rates(with_family, ["family"], global_rate, [], smoothing, "p")
         out["family_marginal"] = np.nan_to_num(attach(family, ["family"], "p", pl.lit(g)), nan=g)
         question = _smoothed_rates(train, ["question_id"], global_rate, [], 1.0, "p")
         out["question_rate_other_workers"] = np.nan_to_num(attach(question, ["question_id"], "p", pl.lit(g)), nan=g)
@@ -403,18 +450,56 @@ def score_predictions(
 # --- the evaluation ----------------------------------------------------------------------------
 
 
+def catalogue_families(seats: Mapping[str, WorkerSeat]) -> dict[str, str]:
+    """worker -> catalogue family, for the seats that name one."""
+    return {name: seat.family for name, seat in seats.items() if seat.family}
+
+
+def family_spread_worker_folds(workers: Sequence[str], families: Mapping[str, str], n_folds: int) -> dict[str, int]:
+    """The fold of each worker: workers sorted by (family, name) are dealt round-robin, so the workers
+    of one family land in different folds (up to `n_folds` of them) and a held-out worker's family
+    is seen in training whenever the family has another worker."""
+    ordered = sorted(workers, key=lambda w: (families.get(w) is None, families.get(w) or "", w))
+    return {worker: index % n_folds for index, worker in enumerate(ordered)}
+
+
+def _worker_folds(
+    frame: pl.DataFrame, families: Mapping[str, str], n_folds: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    workers = frame["worker"].unique().sort().to_list()
+    fold_of = family_spread_worker_folds(workers, families, min(n_folds, len(workers)))
+    row_fold = frame["worker"].replace_strict(fold_of, return_dtype=pl.Int64).to_numpy()
+    return [(np.flatnonzero(row_fold != f), np.flatnonzero(row_fold == f)) for f in sorted(set(fold_of.values()))]
+
+
+def family_fallback_note(workers: Sequence[str], families: Mapping[str, str]) -> str:
+    """How family_marginal relates to global_rate in the held-out-worker split, and why."""
+    members: dict[str, list[str]] = {}
+    for worker in workers:
+        if families.get(worker):
+            members.setdefault(families[worker], []).append(worker)
+    alone = sorted(w for w in workers if len(members.get(families.get(w, ""), [])) < 2)
+    if not alone:
+        return "Every held-out worker has another worker of its family in training, so family_marginal is informed."
+    why = ("no other worker of its catalogue family (or no family at all) is in the data, so its family rate is the "
+           "global rate")
+    if len(alone) == len(workers):
+        return (f"family_marginal equals global_rate on every row by construction: for every held-out worker {why}. "
+                "It becomes informative only with two or more workers of one family.")
+    informed = sorted(set(workers) - set(alone))
+    return (f"family_marginal equals global_rate for {len(alone)} of {len(workers)} held-out workers "
+            f"({', '.join(alone)}): for each, {why}. It differs only for {', '.join(informed)}.")
+
+
 def _out_of_fold(
     frame: pl.DataFrame,
     seats: Mapping[str, WorkerSeat],
     settings: EvaluationSettings,
     *,
-    groups: np.ndarray,
-    n_folds: int,
+    folds: Sequence[tuple[np.ndarray, np.ndarray]],
     held_out_workers: bool,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Out-of-fold predictions of W and the baselines for every row; W's cost predictions too."""
-    n_groups = len(np.unique(groups))
-    folds = GroupKFold(n_splits=min(n_folds, n_groups))
     predictions: dict[str, np.ndarray] = {}
     cost = np.full(frame.height, np.nan)
     model_settings = settings.model
@@ -422,7 +507,7 @@ def _out_of_fold(
         model_settings = model_settings.model_copy(
             update={"exclude_features": tuple(sorted({*model_settings.exclude_features, "worker"}))}
         )
-    for train_idx, test_idx in folds.split(np.zeros(frame.height), groups=groups):
+    for train_idx, test_idx in folds:
         train, test = frame[train_idx], frame[test_idx]
         model = WorldModel.fit(train, seats, model_settings)
         features = model.features_for(test)  # built once for both boosters (text features are the cost)
@@ -492,6 +577,12 @@ def route_held_out(
     n_questions = complete.len()
     if n_questions == 0:
         return None
+    sides = [split_of(question_id) for question_id in complete.to_list()]
+    routed = frame.filter(pl.col("question_id").is_in(complete.implode())).select("question_id", "corpus", "level")
+    population = (
+        f"{population_text(routed)}; {sides.count('train')} on the train side of the project's split, "
+        f"{sides.count('eval')} on the eval side"
+    )
     order = {w: i for i, w in enumerate(sorted(workers))}
     y = cells["y"].to_numpy().reshape(n_questions, len(order))
 
@@ -541,6 +632,7 @@ def route_held_out(
         headroom_recovered=Estimate(recovered(slice(None)), float(low), float(high)),
         lambda_cost=settings.lambda_cost,
         note=note,
+        population=population,
     )
 
 
@@ -556,8 +648,10 @@ def evaluate_world_model(
     settings = settings or EvaluationSettings()
     frame = normalize_training_frame(frame).filter(pl.col("correct").is_not_null())
     question_groups = frame["question_id"].to_numpy()
+    question_folds = GroupKFold(n_splits=min(settings.question_folds, len(np.unique(question_groups))))
     predictions, cost = _out_of_fold(
-        frame, seats, settings, groups=question_groups, n_folds=settings.question_folds, held_out_workers=False
+        frame, seats, settings, folds=list(question_folds.split(np.zeros(frame.height), groups=question_groups)),
+        held_out_workers=False,
     )
     splits = [
         _split_report(
@@ -579,22 +673,22 @@ def evaluate_world_model(
         if report is not None:
             routing.append(report)
     if settings.held_out_workers and frame["worker"].n_unique() >= 2 * min(settings.worker_folds, 3):
-        worker_groups = frame["worker"].to_numpy()
-        held_predictions, _ = _out_of_fold(
-            frame, seats, settings, groups=worker_groups, n_folds=settings.worker_folds, held_out_workers=True
+        families = catalogue_families(seats)
+        worker_folds = _worker_folds(frame, families, settings.worker_folds)
+        held_predictions, _ = _out_of_fold(frame, seats, settings, folds=worker_folds, held_out_workers=True)
+        held_out = _split_report(
+            "held_out_workers",
+            "K folds over workers, the workers of one family spread over different folds: W never sees the test "
+            "workers and has no worker-identity feature; it predicts them from catalogue attributes (family, size, "
+            "prices) and the question. Baselines: global rate, family rate, and the question's rate among training "
+            "workers.",
+            frame,
+            held_predictions,
+            len(worker_folds),
+            settings,
         )
-        splits.append(
-            _split_report(
-                "held_out_workers",
-                "GroupKFold over workers: W never sees the test workers and has no worker-identity feature; it "
-                "predicts them from catalogue attributes (family, size, prices) and the question. Baselines: "
-                "global rate, family rate, and the question's rate among training workers.",
-                frame,
-                held_predictions,
-                settings.worker_folds,
-                settings,
-            )
-        )
+        held_out.note = family_fallback_note(frame["worker"].unique().sort().to_list(), families)
+        splits.append(held_out)
     full_model = full_model or WorldModel.fit(frame, seats, settings.model)
     return WorldModelReport(
         splits=splits,

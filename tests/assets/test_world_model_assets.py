@@ -9,7 +9,14 @@ import polars as pl
 import yaml
 
 from assets.evaluation import EvalArmsConfig
-from assets.world_model import BEATS_MARGINAL_CHECK, WORLD_MODEL_ASSETS, WorldModelConfig, WorldModelFitConfig
+from assets.world_model import (
+    BEATS_MARGINAL_CHECK,
+    BEATS_MARGINAL_DESCRIPTION,
+    WORLD_MODEL_ASSETS,
+    WorldModelConfig,
+    WorldModelFitConfig,
+    world_model_report,
+)
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.evaluation import EvaluationSettings
 from conductor_pipeline.world_model.features import WorldModelSettings
@@ -68,6 +75,13 @@ def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None
     assert "headroom_recovered[synthetic]" in report
     check = result.get_asset_check_evaluations()[0]
     assert check.check_name == BEATS_MARGINAL_CHECK and check.passed
+    # The check says what it tests, and its result says plainly where W stands against every baseline.
+    spec = next(iter(world_model_report.check_specs))
+    assert spec.description == BEATS_MARGINAL_DESCRIPTION and "subject-aware" in spec.description
+    assert check.description.startswith("W beats the per-worker marginal")
+    assert report["verdict"].startswith(f"- {check.description}")
+    assert isinstance(report["beats_subject_aware"], bool)
+    assert report["routing_population[synthetic]"].startswith("360 questions (math L")
 
 
 def test_the_config_exposes_library_knobs_under_their_names_help_defaults_and_bounds() -> None:

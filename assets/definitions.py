@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import corpora, evaluation, probing, training, world_model
+from assets import corpora, evaluation, pool_search, probing, training, world_model
 from assets.deployment import profile_from_env
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
 
-STAGE_MODULES = [corpora, probing, training, world_model, evaluation]
+STAGE_MODULES = [corpora, probing, pool_search, training, world_model, evaluation]
 
 # The headless main run (`python -m assets.main`) executes these in order; the UI can run any of them too.
 corpora_job = dg.define_asset_job(
@@ -34,7 +34,7 @@ analysis_job = dg.define_asset_job(
     selection=dg.AssetSelection.all()
     - dg.AssetSelection.groups(corpora.GROUP, evaluation.GROUP)
     - dg.AssetSelection.assets(probing.PROBE_CALLS),
-    description="Downstream of the probes: pass rates, ceilings, contested set, gate, training, world model",
+    description="Downstream of the probes: pass rates, ceilings, pool search, contested set, gate, training, W",
 )
 # Evaluation reads the latest checkpoint from the event log rather than depending on it (a closed
 # gate must not block evaluating the workers and baselines), so it runs after training finishes.

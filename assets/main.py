@@ -27,6 +27,7 @@ HEADLINES: list[tuple[str, list[str]]] = [
     ("probe_calls", ["calls_written", "already_written", "status_counts"]),
     ("pass_rates", ["worker_accuracy"]),
     ("oracle_ceilings", ["ceilings"]),
+    ("pool_search", ["verdict", "search_table"]),
     ("contested_set", ["counts_per_class", "one_sample_flips"]),
     ("grpo_probe_run", ["summary"]),
     ("conductor_checkpoint", ["checkpoint", "global_step"]),

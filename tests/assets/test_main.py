@@ -24,14 +24,15 @@ from resources.warehouse import WarehouseResource
 from tests.shared_data import require_shared_data
 
 POOL = "replay-mixed6"
-# A whole run at toy sizes: a 60-question probe slice, 2 GRPO steps of 2 questions x 4 rollouts,
-# a 4-question eval slice, a world model on 2 x 2 folds.
+# A whole run at toy sizes: a 60-question probe slice, a pool search over 200 questions, 2 GRPO steps
+# of 2 questions x 4 rollouts, a 4-question eval slice, a world model on 2 x 2 folds.
 TOY_TRAINER = dict(num_generations=4, questions_per_step=2, max_completion_length=24, probe_steps=1, max_steps=1,
                    save_steps=10, sft_warm_start=False)
 FAST_WORLD_MODEL = {"num_threads": 1, "text_components": 8, "question_folds": 2, "worker_folds": 2, "n_bootstrap": 10}
 OP_CONFIG = {
     "probe_calls": {"max_questions": 60},
     "contested_set": {"min_size": 1},
+    "pool_search": {"max_questions": 200, "n_bootstrap": 50},
     "world_model": FAST_WORLD_MODEL,
     "world_model_report": FAST_WORLD_MODEL,
     "eval_arms": {"slice_size": 4, "world_model": {"num_threads": 1}},

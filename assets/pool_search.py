@@ -1,0 +1,135 @@
+"""Pool search: is there a sub-pool of workers with real routing headroom?
+
+    questions -> pool_search
+
+Searches the sub-pools (sizes 2..6) of a large pool, by default every model ZeroEval recorded
+(`replay-zeroeval-all`), for the largest oracle headroom over each sub-pool's own best worker on
+the train side of the project's question split, and re-measures the winners on the eval side
+(conductor_pipeline/probing/pool_search.py). The outcomes come from one of two sources:
+
+- `recordings` (default): the pool's replay recordings, graded here and cached next to the
+  warehouse, so the default run needs no probe of forty workers and a rerun costs seconds;
+- `warehouse`: the pool's probe calls (probe it first), where several samples per question let
+  the table show each pool's null-pool headroom.
+
+The pool being run (the `pool` resource) is re-measured beside the winners for reference.
+"""
+
+import time
+from typing import Literal
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from assets.world_model import library_field
+from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.probing.pool_search import PoolSearchError, PoolSearchSettings, search_pools
+from conductor_pipeline.probing.recorded_outcomes import RecordedOutcomesError, recorded_sample_outcomes
+from conductor_pipeline.probing.runner import select_questions
+from conductor_pipeline.splits import split_fingerprint
+from resources.pool import PoolResource
+from resources.warehouse import WarehouseResource
+
+GROUP = "pool_search"
+DEFAULT_SEARCH_POOL = "replay-zeroeval-all"
+
+
+class PoolSearchConfig(dg.Config):
+    """Which pool and questions to search, and the search's knobs (PoolSearchSettings fields)."""
+
+    pool: str = Field(DEFAULT_SEARCH_POOL, description="Pool whose sub-pools are searched (name or pool file)")
+    source: Literal["recordings", "warehouse"] = Field(
+        "recordings",
+        description="recordings: grade the pool's replay recordings (cached); warehouse: the pool's probe calls",
+    )
+    corpora: list[str] = Field(["math", "gsm8k"], description="Corpora of the question slice")
+    splits: list[str] = Field(["test"], description="Source splits of the question slice")
+    math_levels: list[int] = Field([5], description="MATH levels of the slice (GSM8K has none)")
+    max_questions: int | None = Field(None, ge=1, description="Cap on the slice (a deterministic mixed sample)")
+    min_size: int = library_field(PoolSearchSettings, "min_size")
+    max_size: int = library_field(PoolSearchSettings, "max_size")
+    beam_width: int = library_field(PoolSearchSettings, "beam_width")
+    min_coverage: float = library_field(PoolSearchSettings, "min_coverage")
+    min_worker_accuracy: float = library_field(PoolSearchSettings, "min_worker_accuracy")
+    n_bootstrap: int = library_field(PoolSearchSettings, "n_bootstrap")
+
+    def search_settings(self) -> PoolSearchSettings:
+        shared = set(PoolSearchSettings.model_fields) & set(PoolSearchConfig.model_fields)
+        return PoolSearchSettings(**{name: getattr(self, name) for name in shared})
+
+
+@dg.asset(group_name=GROUP, deps=["questions"], kinds={"duckdb", "parquet"})
+def pool_search(
+    context: dg.AssetExecutionContext, config: PoolSearchConfig, warehouse: WarehouseResource, pool: PoolResource
+) -> dg.MaterializeResult:
+    """Sub-pools with the largest oracle headroom over their own best worker: found on train, re-measured on eval."""
+    started = time.perf_counter()
+    searched_pool = load_pool(config.pool)
+    store = warehouse.get_warehouse()
+    questions = select_questions(
+        store, corpora=config.corpora, splits=config.splits, math_levels=config.math_levels, limit=config.max_questions
+    )
+    if not questions:
+        raise dg.Failure(f"the slice {config.corpora}/{config.splits}/levels {config.math_levels} has no questions; "
+                         "materialize `questions` first")
+    cached = False
+    if config.source == "recordings":
+        try:
+            outcomes, cached = recorded_sample_outcomes(
+                searched_pool, questions, cache_dir=warehouse.artifact_dir("pool_search"), log=context.log.info
+            )
+        except RecordedOutcomesError as exc:
+            raise dg.Failure(str(exc)) from exc
+    else:
+        outcomes = store.query_file("pool_search_outcomes", {"pool": searched_pool.name})
+    outcomes_s = time.perf_counter() - started
+    question_frame = pl.DataFrame(
+        [{"question_id": q.question_id, "corpus": q.corpus, "split": q.split, "subject": q.subject, "level": q.level}
+         for q in questions],
+        schema={"question_id": pl.String, "corpus": pl.String, "split": pl.String, "subject": pl.String,
+                "level": pl.Int64},
+    )
+    current = pool.load()
+    references = {} if current.name == searched_pool.name else {current.name: current.worker_names}
+    try:
+        report = search_pools(outcomes, question_frame, config.search_settings(), reference_pools=references)
+    except PoolSearchError as exc:
+        raise dg.Failure(f"pool search over {searched_pool.name!r} ({config.source}): {exc}") from exc
+
+    out_dir = warehouse.artifact_dir("pool_search")
+    table_path = out_dir / f"{searched_pool.name}-search.parquet"
+    report.table().write_parquet(table_path)
+    report_path = out_dir / f"{searched_pool.name}-search.md"
+    report_path.write_text(
+        "# Pool search\n\n" + "\n".join(f"- {line}" for line in report.verdicts) + "\n\n" + report.to_markdown()
+        + "\n## Who wins where (eval split)\n\n" + report.subject_markdown()
+    )
+    for line in report.verdicts:
+        context.log.info(line)
+    best = report.best_out_of_sample
+    metadata = {
+        "pool": dg.MetadataValue.text(searched_pool.name),
+        "source": dg.MetadataValue.text(config.source),
+        "outcomes_cached": dg.MetadataValue.bool(cached),
+        "outcomes_seconds": dg.MetadataValue.float(round(outcomes_s, 2)),
+        "search_seconds": dg.MetadataValue.float(round(report.search_seconds, 4)),
+        "population": dg.MetadataValue.text(report.population),
+        "candidates": dg.MetadataValue.int(len(report.candidates)),
+        "train_questions": dg.MetadataValue.int(report.n_train),
+        "eval_questions": dg.MetadataValue.int(report.n_eval),
+        "split_fingerprint": dg.MetadataValue.text(split_fingerprint()),
+        "verdict": dg.MetadataValue.md("\n".join(f"- {line}" for line in report.verdicts)),
+        "search_table": dg.MetadataValue.md(report.to_markdown()),
+        "subject_tables": dg.MetadataValue.md(report.subject_markdown()),
+        "table_path": dg.MetadataValue.path(str(table_path)),
+        "report_path": dg.MetadataValue.path(str(report_path)),
+    }
+    if best is not None:
+        metadata["best_pool"] = dg.MetadataValue.text(", ".join(best.members))
+        metadata["best_eval_headroom"] = dg.MetadataValue.float(best.eval.headroom)
+    metadata["total_seconds"] = dg.MetadataValue.float(round(time.perf_counter() - started, 2))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+POOL_SEARCH_ASSETS = [pool_search]

@@ -12,7 +12,8 @@ the train side of the project's question split, and re-measures the winners on t
 - `warehouse`: the pool's probe calls (probe it first), where several samples per question let
   the table show each pool's null-pool headroom.
 
-The pool being run (the `pool` resource) is re-measured beside the winners for reference.
+The pool being run (the `pool` resource) and `reference_pools` (by default one model recorded twice,
+the stand-in for a null pool when there is one sample per question) are re-measured beside the winners.
 """
 
 import time
@@ -33,6 +34,12 @@ from resources.warehouse import WarehouseResource
 
 GROUP = "pool_search"
 DEFAULT_SEARCH_POOL = "replay-zeroeval-all"
+# One model recorded twice: with one sample per question there is no null pool, and the headroom of
+# such a pair is what recording noise alone (provider, snapshot) produces, a stand-in for it.
+SAME_MODEL_TWICE = {
+    "same model, two providers (llama-3.1-405b)": ["llama-3.1-405b", "llama-3.1-405b-hyperbolic"],
+    "same model, two snapshots (gpt-4o)": ["gpt-4o", "gpt-4o-0513"],
+}
 
 
 class PoolSearchConfig(dg.Config):
@@ -47,6 +54,11 @@ class PoolSearchConfig(dg.Config):
     splits: list[str] = Field(["test"], description="Source splits of the question slice")
     math_levels: list[int] = Field([5], description="MATH levels of the slice (GSM8K has none)")
     max_questions: int | None = Field(None, ge=1, description="Cap on the slice (a deterministic mixed sample)")
+    reference_pools: dict[str, list[str]] = Field(
+        default_factory=lambda: dict(SAME_MODEL_TWICE),
+        description="Pools re-measured beside the winners, not searched (the pool being run is always added); "
+        "the defaults are one model recorded twice, whose headroom is what recording noise alone gives",
+    )
     min_size: int = library_field(PoolSearchSettings, "min_size")
     max_size: int = library_field(PoolSearchSettings, "max_size")
     beam_width: int = library_field(PoolSearchSettings, "beam_width")
@@ -91,7 +103,9 @@ def pool_search(
                 "level": pl.Int64},
     )
     current = pool.load()
-    references = {} if current.name == searched_pool.name else {current.name: current.worker_names}
+    references = dict(config.reference_pools)
+    if current.name != searched_pool.name:
+        references[current.name] = current.worker_names
     try:
         report = search_pools(outcomes, question_frame, config.search_settings(), reference_pools=references)
     except PoolSearchError as exc:

@@ -305,7 +305,7 @@ class PoolSearchReport:
         ]
         for r in self.searched:
             low, high = r.eval_headroom_interval
-            held = "holds" if r.holds_out_of_sample else "does NOT clearly hold (interval reaches 0)"
+            held = "holds: interval above 0" if r.holds_out_of_sample else "does NOT clearly hold: interval reaches 0"
             lines.append(
                 f"size {r.size}: {', '.join(r.members)}: headroom {r.train.headroom:+.3f} on train -> "
                 f"{r.eval.headroom:+.3f} [{low:+.3f}, {high:+.3f}] on eval ({held}); eval oracle {r.eval.oracle:.3f} "

@@ -94,6 +94,8 @@ def test_the_default_pool_of_every_zeroeval_model_runs_beside_the_pool_being_run
     assert found["candidates"] > 20  # the models recorded on both corpora
     assert found["train_questions"] + found["eval_questions"] <= N_GSM8K + N_MATH
     assert f"| {POOL}" in found["search_table"]  # the run's own pool, re-measured for reference
+    # One model recorded twice stands in for the null pool that one sample per question cannot give.
+    assert "| same model, two snapshots (gpt-4o)" in found["search_table"]
     assert "Not candidates" in found["search_table"]
     assert -1 <= found["best_eval_headroom"] <= 1 and found["best_pool"]
 

@@ -5,7 +5,9 @@ routing figure is measured on."""
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
+from sklearn.model_selection import GroupKFold
 
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.world_model.evaluation import (
@@ -63,6 +65,19 @@ def test_family_marginal_is_informed_when_families_have_several_workers(speciali
     # Three families of two, spread over three folds: every held-out worker's family is in training.
     assert held.note.startswith("Every held-out worker")
     assert held.scores["family_marginal"]["log_loss"].value != held.scores["global_rate"]["log_loss"].value
+
+
+def test_a_family_is_spread_even_when_its_workers_have_the_fewest_rows(specialist_frame) -> None:
+    # Workflow-step calls make row counts unequal; row-balancing folds (GroupKFold) then put the two
+    # smallest workers in one fold, which made every family rate of that family the global rate.
+    first_hundred = pl.col("question_id").str.len_chars() < 4  # q0..q99
+    frame = specialist_frame.filter(~pl.col("worker").str.starts_with("alpha") | first_hundred)
+    groups = frame["worker"].to_numpy()
+    together = [set(groups[test]) for _, test in GroupKFold(5).split(np.zeros(len(groups)), groups=groups)]
+    assert {"alpha-7b", "alpha-70b"} in together
+    settings = EVAL.model_copy(update={"worker_folds": 5, "routing_pools": {}})
+    held = evaluate_world_model(frame, synthetic_seats(), settings).split("held_out_workers")
+    assert held.note.startswith("Every held-out worker")
 
 
 def test_family_marginal_equals_global_rate_when_every_family_has_one_worker(specialist_frame) -> None:

@@ -225,6 +225,17 @@ def make_request(index: int = 0, *, sample: int = 0, max_tokens: int | None = No
     )
 
 
+def probe_rows(questions, workers, pool: str, *, samples: int, correct=lambda question, worker: True) -> list[dict]:
+    """`calls` rows of a finished probe: `samples` scored samples per question x worker, as a probe would write."""
+    return [
+        {"call_id": f"{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "probe", "question_id": q.question_id,
+         "worker": w, "sample": s, "correct": correct(q, w), "status": "ok", "pool": pool}
+        for q in questions
+        for w in workers
+        for s in range(samples)
+    ]
+
+
 # A reader outside the pipeline (as a DuckDB shell or a notebook would be): opens the file read-only,
 # says so with the `calls` rows it sees, holds it until its stdin closes or the hold time passes,
 # then prints the rows it sees on the connection it held.

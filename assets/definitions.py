@@ -16,6 +16,7 @@ from assets.deployment import profile_from_env
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
+from resources.vllm import VllmLauncherResource
 from resources.warehouse import WarehouseResource
 
 STAGE_MODULES = [corpora, probing, pool_search, training, world_model, evaluation]
@@ -47,6 +48,8 @@ MAIN_JOBS = [corpora_job, probe_job, analysis_job, eval_job]
 def build_definitions(pool: str) -> dg.Definitions:
     """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile."""
     pool_probing = probing.pool_probing_definitions(pool)
+    # Serves the pool's `vllm` seats for the steps that call them; configurable per run (`resources.vllm`).
+    vllm = VllmLauncherResource.configure_at_launch()
     return dg.Definitions(
         assets=[pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)],
         asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
@@ -55,7 +58,8 @@ def build_definitions(pool: str) -> dg.Definitions:
         sensors=probing.PROBING_SENSORS,
         resources={
             "warehouse": WarehouseResource(),
-            "pool": PoolResource(pool=pool),
+            "vllm": vllm,
+            "pool": PoolResource(pool=pool, vllm=vllm),
             "conductor": ConductorPolicyResource(),
             "trainer": TrainerResource(),
         },

@@ -5,7 +5,11 @@
 - asks for a GPU on the steps in the Dagster concurrency pool `gpu` (training, vLLM), found by
   their `pool` attribute, through `dagster-k8s/config` op tags (so the UI shows them per step);
 - launches probe partitions as one run per worker (a multi-run backfill policy), so a backfill
-  over the pool fans out into separate runs and pods instead of one step probing every worker.
+  over the pool fans out into separate runs and pods instead of one step probing every worker;
+- refuses to load unless the warehouse, the artifacts root and the trainer's output lie outside
+  the project folder: each pod has its own copy of that folder, so a probe manifest one step pod
+  wrote there would never reach the gate check's pod. `deploy/k8s/values.yaml` mounts a shared
+  volume and sets $CORYPHAEUS_ARTIFACTS on it.
 
 Nothing here needs a cluster to import or validate; `deploy/k8s/values.yaml` configures the
 Helm chart's K8sRunLauncher that actually launches the runs. The profile is opt-in: definitions
@@ -16,9 +20,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
+
+from conductor_pipeline.paths import ARTIFACTS_ENV, PROJECT_ROOT
 
 # Knobs, with their reason.
 PROFILE_ENV = "CORYPHAEUS_PROFILE"
@@ -43,6 +50,17 @@ GPU_TOLERATIONS: list[dict[str, str]] = [{"key": "nvidia.com/gpu", "operator": "
 PROBE_PARTITIONS_PER_RUN = 1
 # Step pods a single run may hold at once; the gpu pool's own limit still serialises GPU steps.
 MAX_CONCURRENT_STEP_PODS = 16
+# Where deploy/k8s/values.yaml points $CORYPHAEUS_ARTIFACTS: on the volume every pod mounts at /data.
+SHARED_ARTIFACTS_ROOT = "/data/artifacts"
+# Resource settings naming files that one step pod writes and another reads.
+SHARED_PATH_SETTINGS: dict[str, tuple[str, ...]] = {
+    "warehouse": ("database", "artifacts_root"),
+    "trainer": ("output_root",),
+}
+
+
+class SharedStorageError(ValueError):
+    """A path steps hand files over through lies where only one pod can see it."""
 
 
 def gpu_step_k8s_config() -> dict[str, Any]:
@@ -107,8 +125,27 @@ def _k8s_asset(asset: Any) -> Any:
     return asset
 
 
+def check_shared_storage(resources: Mapping[str, Any]) -> None:
+    """Fail when a warehouse or artifacts path lies inside the project folder (each pod's own copy)."""
+    local = {
+        f"{key}.{setting}": str(getattr(resources[key], setting))
+        for key, settings in SHARED_PATH_SETTINGS.items()
+        if key in resources
+        for setting in settings
+        if Path(getattr(resources[key], setting)).resolve().is_relative_to(PROJECT_ROOT)
+    }
+    if local:
+        raise SharedStorageError(
+            f"the k8s profile runs every step in its own pod, but {local} lie inside the project folder "
+            f"{PROJECT_ROOT}, which each pod has a copy of: set ${ARTIFACTS_ENV} to a folder on a volume every "
+            f"pod mounts (deploy/k8s/values.yaml mounts one at /data and sets {SHARED_ARTIFACTS_ROOT})"
+        )
+
+
 def k8s_definitions(base: dg.Definitions) -> dg.Definitions:
-    """`base` with the Kubernetes step executor, GPU requests on the `gpu` pool's steps, and fanned-out probes."""
+    """`base` with the Kubernetes step executor, GPU requests on the `gpu` pool's steps, and fanned-out
+    probes; its warehouse and artifacts must be on shared storage (`check_shared_storage`)."""
+    check_shared_storage(base.resources or {})
     return dg.Definitions(
         assets=[_k8s_asset(asset) for asset in base.assets or []],
         asset_checks=base.asset_checks,

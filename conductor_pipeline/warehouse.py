@@ -7,12 +7,26 @@ probe of thousands of calls holds the lock for milliseconds at a time, and paral
 (or two runs at once) queue on the lock instead of failing on DuckDB's. A Dagster
 concurrency pool of 1 would also avoid the error, but it would serialize whole steps:
 six worker partitions would probe one after another.
+
+Processes outside the pipeline (a DuckDB shell, a notebook) know nothing of that file lock:
+one that holds the file open, even read-only, makes DuckDB refuse every writer. A writer
+then waits for it (bounded, logging which process holds the file) instead of failing. So
+that looking at live telemetry never blocks a run, the warehouse can keep a read-only
+replica: a copy of the file taken under the lock after write batches, renamed into place,
+so a reader holding the old copy open keeps a consistent snapshot and the writer never
+waits for it. A file copy costs tens of milliseconds per hundred MB from the page cache,
+where DuckDB's own `COPY FROM DATABASE` rewrites every table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -25,7 +39,42 @@ from filelock import FileLock
 
 from conductor_pipeline.paths import SQL_DIR
 
+logger = logging.getLogger(__name__)
+
 WRITABLE_TABLES = ("questions", "calls", "workflows", "training_steps")
+# How long a writer waits for another process to let go of the DuckDB file. An analyst's shell
+# left open is the usual holder; a minute or more gives them time to notice the log line.
+DEFAULT_BUSY_TIMEOUT_S = 300.0
+# Between attempts to open a file another process holds, and between log lines about it.
+BUSY_POLL_S = 0.5
+BUSY_LOG_EVERY_S = 15.0
+# A replica is refreshed after a write batch unless it is younger than this (a step's last batch
+# is copied when the step ends: `refresh_replica`).
+DEFAULT_REPLICA_INTERVAL_S = 1.0
+# DuckDB's message when another process holds the file: it names the program and PID.
+_LOCK_HOLDER = re.compile(
+    r"Conflicting lock is held in (?P<program>.+?) \(PID (?P<pid>\d+)\)(?: by user (?P<user>[^\s.]+))?"
+)
+
+
+class WarehouseBusyError(RuntimeError):
+    """Another process kept the warehouse file open for longer than the writer would wait."""
+
+
+def lock_holder(message: str) -> str | None:
+    """The process DuckDB names in a conflicting-lock message, e.g. `PID 123 (/usr/bin/duckdb)`;
+    None for any other error."""
+    match = _LOCK_HOLDER.search(message)
+    if match is None:
+        return None
+    user = f", user {match['user']}" if match["user"] else ""
+    return f"PID {match['pid']} ({match['program']}{user})"
+
+
+def replica_path_for(path: str | Path) -> Path:
+    """Where the read-only replica of warehouse `path` lives: `warehouse.duckdb` -> `warehouse-replica.duckdb`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}-replica{path.suffix}")
 
 
 @cache
@@ -38,13 +87,58 @@ def load_sql(name: str) -> str:
 
 
 class Warehouse:
-    """A DuckDB file plus the lock that serializes access to it across processes."""
+    """A DuckDB file plus the lock that serializes access to it across processes.
 
-    def __init__(self, path: str | Path, *, lock_timeout_s: float = 600.0) -> None:
+    `busy_timeout_s`: how long to wait when a process outside the pipeline holds the file.
+    `replica_path`: where to keep a read-only copy for live queries (None: no replica);
+    `replica_interval_s`: the least time between two refreshes after write batches.
+    `on_wait`: where the "waiting for PID n" lines go (default: this module's logger).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        lock_timeout_s: float = 600.0,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        replica_path: str | Path | None = None,
+        replica_interval_s: float = DEFAULT_REPLICA_INTERVAL_S,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        self.busy_timeout_s = busy_timeout_s
+        self.replica_path = Path(replica_path) if replica_path is not None else None
+        self.replica_interval_s = replica_interval_s
+        self._on_wait = on_wait or logger.warning
         self._lock = FileLock(str(self.path) + ".lock", timeout=lock_timeout_s)
         self._schema_applied = False
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """Open the file for writing; while another process holds it, wait (bounded) and say who."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        next_log = 0.0
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as exc:
+                holder = lock_holder(str(exc))
+                if holder is None:
+                    raise
+                now = time.monotonic()
+                if now >= deadline:
+                    where = f"the read-only replica {self.replica_path}" if self.replica_path else "a copy of the file"
+                    raise WarehouseBusyError(
+                        f"warehouse {self.path} was held by {holder} for over {self.busy_timeout_s:.0f}s; "
+                        f"close that connection (live queries belong on {where})"
+                    ) from exc
+                if now >= next_log:
+                    self._on_wait(
+                        f"warehouse {self.path} is held by {holder}; waiting up to "
+                        f"{deadline - now:.0f}s more for it to close"
+                    )
+                    next_log = now + BUSY_LOG_EVERY_S
+                time.sleep(BUSY_POLL_S)
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -54,7 +148,7 @@ class Warehouse:
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            con = duckdb.connect(str(self.path))
+            con = self._open()
             try:
                 con.execute(load_sql("session_settings"))
                 if not self._schema_applied:
@@ -75,18 +169,47 @@ class Warehouse:
         batch = _to_arrow(rows)
         if batch.num_rows == 0:
             return 0
-        with self.connect() as con:
-            con.register("batch", batch)
-            con.begin()  # `insert_calls` is a delete plus an insert: all of it lands or none does
-            try:
-                inserted = con.execute(load_sql(f"insert_{table}")).fetchone()[0]  # the INSERT's row count
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
-            finally:
-                con.unregister("batch")
+        with self._lock:  # reentrant: the replica is copied before another writer gets in
+            with self.connect() as con:
+                con.register("batch", batch)
+                con.begin()  # `insert_calls` is a delete plus an insert: all of it lands or none does
+                try:
+                    inserted = con.execute(load_sql(f"insert_{table}")).fetchone()[0]  # the INSERT's row count
+                    con.commit()
+                except BaseException:
+                    con.rollback()
+                    raise
+                finally:
+                    con.unregister("batch")
+            self._refresh_replica(min_age_s=self.replica_interval_s)
         return int(inserted)
+
+    def refresh_replica(self) -> bool:
+        """Copy the warehouse to its replica if the replica is older than the file; True if copied.
+
+        Called after write batches (throttled) and when a step ends, so the replica is at most one
+        interval behind while a step writes and up to date once it is done.
+        """
+        with self._lock:
+            return self._refresh_replica(min_age_s=0.0)
+
+    def _refresh_replica(self, *, min_age_s: float) -> bool:
+        """Under the lock: copy the closed file beside the replica, then rename it over the replica."""
+        replica = self.replica_path
+        if replica is None or not self.path.is_file():
+            return False
+        source_mtime = self.path.stat().st_mtime_ns
+        if replica.is_file():
+            replica_mtime = replica.stat().st_mtime_ns
+            if replica_mtime > source_mtime or time.time_ns() - replica_mtime < min_age_s * 1e9:
+                return False
+        if Path(f"{self.path}.wal").exists():  # a WAL left by a crash: fold it into the file first
+            self._open().close()
+        replica.parent.mkdir(parents=True, exist_ok=True)
+        staging = replica.with_name(f".{replica.name}.{os.getpid()}.tmp")
+        shutil.copyfile(self.path, staging)
+        staging.replace(replica)
+        return True
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
         """Run one SELECT and return the result as a polars frame."""

@@ -16,7 +16,7 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.training.gates import ZERO_VARIANCE_THRESHOLD
 from conductor_pipeline.training.reward import RewardVariant
 from conductor_pipeline.training.settings import (
@@ -33,7 +33,6 @@ from conductor_pipeline.training.synthetic import SyntheticStyle
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.world_model.hooks import PRUNE_HIGH, PRUNE_LOW
 
-DEFAULT_OUTPUT_ROOT = ARTIFACTS_DIR / "training"
 # Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches
 # the format better than more pairs seen once.
 DEFAULT_SFT_EXAMPLES = 256
@@ -73,7 +72,7 @@ class TrainerResource(dg.ConfigurableResource):
     """
 
     profile: Literal["cpu", "gpu"] = Field("cpu", description="cpu: tiny offline policy (CI, laptops); gpu: Qwen2.5 + vLLM")
-    output_root: str = Field(str(DEFAULT_OUTPUT_ROOT), description="Root folder of models, probe runs, gate verdicts and checkpoints")
+    output_root: str = Field(default_factory=lambda: str(artifacts_root() / "training"), description="Root folder of models, probe runs, gate verdicts and checkpoints (default <artifacts root>/training)")
     policy_model: str | None = Field(
         None, description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, {PAPER_POLICY} on gpu"
     )

@@ -1,12 +1,16 @@
-"""Builders shared by the tests: synthetic records, pools, scripted workers and policies, and
-synthetic world-model telemetry whose truth is known. Tests import from here, never from each other."""
+"""Builders shared by the tests: synthetic records, pools, scripted workers and policies,
+synthetic world-model telemetry whose truth is known, and a warehouse reader in another process.
+Tests import from here, never from each other."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -219,3 +223,44 @@ def make_request(index: int = 0, *, sample: int = 0, max_tokens: int | None = No
         question=question, messages=(ChatMessage("user", f"Question {index}: what is 6 times 7?"),),
         sample=sample, max_tokens=max_tokens,
     )
+
+
+def probe_rows(questions, workers, pool: str, *, samples: int, correct=lambda question, worker: True) -> list[dict]:
+    """`calls` rows of a finished probe: `samples` scored samples per question x worker, as a probe would write."""
+    return [
+        {"call_id": f"{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "probe", "question_id": q.question_id,
+         "worker": w, "sample": s, "correct": correct(q, w), "status": "ok", "pool": pool}
+        for q in questions
+        for w in workers
+        for s in range(samples)
+    ]
+
+
+# A reader outside the pipeline (as a DuckDB shell or a notebook would be): opens the file read-only,
+# says so with the `calls` rows it sees, holds it until its stdin closes or the hold time passes,
+# then prints the rows it sees on the connection it held.
+_READER = """
+import sys, threading, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("open", con.execute("SELECT count(*) FROM calls").fetchone()[0], flush=True)
+done = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+done.wait(float(sys.argv[2]))
+print("held", con.execute("SELECT count(*) FROM calls").fetchone()[0], flush=True)
+"""
+
+
+def start_reader(path: Path, hold_s: float = 120.0) -> tuple[subprocess.Popen[str], int]:
+    """A process holding DuckDB file `path` open read-only; returns it and the `calls` rows it saw on opening."""
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(path), str(hold_s)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = reader.stdout.readline().split()
+    assert first and first[0] == "open", reader.stderr.read()
+    return reader, int(first[1])
+
+
+def stop_reader(reader: subprocess.Popen[str]) -> int:
+    """Let the reader go (at once, or when its hold time ends); returns the rows it saw on its held connection."""
+    out, err = reader.communicate(input="", timeout=60)
+    assert reader.returncode == 0, err
+    return int(out.split()[-1])

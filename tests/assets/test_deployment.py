@@ -1,8 +1,11 @@
 """The Kubernetes profile: loads, validates, and places each step where it belongs (no cluster needed)."""
 
 # No `from __future__ import annotations`: Dagster reads the context annotation as a class.
+from pathlib import Path
+
 import dagster as dg
 import pytest
+import yaml
 from dagster_k8s.job import get_user_defined_k8s_config
 
 from assets.definitions import build_definitions
@@ -10,12 +13,17 @@ from assets.deployment import (
     GPU_POOL,
     K8S_CONFIG_TAG,
     PROFILE_ENV,
+    SHARED_ARTIFACTS_ROOT,
+    SharedStorageError,
     in_pool,
     k8s_definitions,
     profile_from_env,
     with_op_tags,
 )
+from conductor_pipeline.paths import ARTIFACTS_ENV, PROJECT_ROOT
 from resources.pool import DEFAULT_POOL
+from resources.trainer import TrainerResource
+from resources.warehouse import WAREHOUSE_ENV, WarehouseResource
 
 
 @dg.asset(pool=GPU_POOL, op_tags={"team": "training"})
@@ -37,8 +45,12 @@ def _step_k8s_config(defs: dg.Definitions, asset_key: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def project_defs() -> dg.Definitions:
-    return build_definitions(DEFAULT_POOL)
+def project_defs(tmp_path_factory: pytest.TempPathFactory) -> dg.Definitions:
+    """The project's definitions with the artifacts root on "shared storage" (outside the project)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ARTIFACTS_ENV, str(tmp_path_factory.mktemp("shared-volume")))
+        env.delenv(WAREHOUSE_ENV, raising=False)
+        return build_definitions(DEFAULT_POOL)
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +129,26 @@ def test_cluster_pool_file_points_every_seat_at_an_in_cluster_openai_endpoint() 
     for seat in pool.workers:
         assert seat.backend == "openai" and seat.api_key_env is None
         assert seat.endpoint.endswith(".svc.cluster.local:8000/v1"), seat.endpoint
+
+
+def test_k8s_profile_refuses_artifacts_inside_the_project(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In its own pod every step has its own project folder: a manifest written there reaches no other step."""
+    monkeypatch.delenv(ARTIFACTS_ENV)
+    monkeypatch.delenv(WAREHOUSE_ENV, raising=False)
+    with pytest.raises(SharedStorageError, match=r"warehouse.database.*trainer.output_root.*CORYPHAEUS_ARTIFACTS"):
+        k8s_definitions(build_definitions(DEFAULT_POOL))
+    shared = dg.Definitions(resources={"warehouse": WarehouseResource(database="/data/w.duckdb", artifacts_root="/data"),
+                                       "trainer": TrainerResource(output_root=str(PROJECT_ROOT / "artifacts"))})
+    with pytest.raises(SharedStorageError, match=r"\{'trainer.output_root'"):
+        k8s_definitions(shared)
+
+
+def test_helm_values_put_the_artifacts_root_on_the_shared_volume() -> None:
+    values = yaml.safe_load((PROJECT_ROOT / "deploy" / "k8s" / "values.yaml").read_text())
+    [deployment] = values["dagster-user-deployments"]["deployments"]
+    env = {item["name"]: item["value"] for item in deployment["env"]}
+    assert env[ARTIFACTS_ENV] == SHARED_ARTIFACTS_ROOT and WAREHOUSE_ENV not in env  # the warehouse follows the root
+    mounts = [m["mountPath"] for m in deployment["volumeMounts"]]
+    run_mounts = [m["mountPath"] for m in values["runLauncher"]["config"]["k8sRunLauncher"]["volumeMounts"]]
+    for mounted in (mounts, run_mounts):
+        assert any(Path(SHARED_ARTIFACTS_ROOT).is_relative_to(m) for m in mounted), mounted

@@ -1,7 +1,7 @@
 """Run `dagster asset materialize` as a separate process, the way a user or a scheduler would.
 
-Each run gets its own Dagster instance (DAGSTER_HOME) and warehouse (CORYPHAEUS_WAREHOUSE) under
-a test's tmp dir; the pool file is named by CORYPHAEUS_POOL, which `assets.definitions.defs` reads
+Each run gets its own Dagster instance (DAGSTER_HOME) and warehouse (CORYPHAEUS_WAREHOUSE, or the
+one under the artifacts root) under a test's tmp dir; the pool file is named by CORYPHAEUS_POOL, which `assets.definitions.defs` reads
 when the CLI loads the definitions (the probe partitions follow the pool).
 """
 
@@ -24,15 +24,20 @@ DAGSTER_CLI = Path(sys.executable).parent / "dagster"
 CLI_TIMEOUT_S = 300
 
 
-def dagster_env(home: Path, warehouse: Path, pool: str | Path | None = None, **extra: str) -> dict[str, str]:
-    """Environment of a CLI run: its own instance (telemetry off, from data/dagster.yaml) and warehouse."""
+def dagster_env(home: Path, warehouse: Path | None, pool: str | Path | None = None, **extra: str) -> dict[str, str]:
+    """Environment of a CLI run: its own instance (telemetry off, from data/dagster.yaml) and warehouse
+    (None: the default one under $CORYPHAEUS_ARTIFACTS)."""
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(DATA_DIR / "dagster.yaml", home / "dagster.yaml")
     # Create the instance's storage once, here: two CLI processes creating a fresh SQLite schema at
     # the same moment race in alembic ("more than one head"), which is Dagster's, not the project's.
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.get_runs(limit=1)
-    env = {**os.environ, "DAGSTER_HOME": str(home), "CORYPHAEUS_WAREHOUSE": str(warehouse), **extra}
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    env.pop("CORYPHAEUS_WAREHOUSE", None)
+    if warehouse is not None:
+        env["CORYPHAEUS_WAREHOUSE"] = str(warehouse)
+    env.update(extra)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if pool is not None:
         env["CORYPHAEUS_POOL"] = str(pool)

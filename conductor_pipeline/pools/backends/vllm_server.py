@@ -8,11 +8,19 @@ this module loads (and its tests run) on machines without the `gpu` extra.
 Several seats can share one GPU: each server claims `gpu_memory_utilization` of the GPU's
 memory, so `VllmPool` refuses fractions that sum to 1 or more, and starts the servers one after
 another because vLLM profiles free memory at start-up.
+
+A `vllm` seat that names an `endpoint` is a server someone already runs: it is called there and
+never launched. Before launching, `require_vllm` checks that this machine can serve at all (the
+executable, a CUDA device), so a CPU box fails at once with what is missing instead of after a
+server's start-up timeout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import shutil
+import subprocess
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -30,6 +38,59 @@ DEFAULT_HEALTH_TIMEOUT_S = 900.0
 
 
 VllmServerError = LocalServerError  # what callers catch when a launch fails
+# What a machine that lacks vLLM or a GPU is told to do.
+GPU_EXTRA_HINT = (
+    "on a machine with an NVIDIA GPU run `pip install -e '.[gpu]'` (or point the vllm resource's `executable` at a "
+    "vLLM install), or give each seat the `endpoint` of a vLLM server already running elsewhere"
+)
+
+
+class VllmUnavailableError(RuntimeError):
+    """This machine cannot serve a pool's `vllm` seats; the message names what is missing and how to get it."""
+
+
+def seats_to_launch(pool: PoolConfig, names: Collection[str] | None = None) -> list[WorkerSeat]:
+    """The `vllm` seats (of `names`, or of the whole pool) without an `endpoint`: the ones to start here."""
+    seats = pool.workers if names is None else [pool.seat(name) for name in names]
+    return [seat for seat in seats if seat.is_vllm and not seat.endpoint]
+
+
+def cuda_device_visible() -> bool:
+    """Whether an NVIDIA device is visible to this process (without importing torch or vllm)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    if any(Path("/dev").glob("nvidia[0-9]*")):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+def missing_prerequisites(executable: Sequence[str], *, require_gpu: bool = True) -> list[str]:
+    """What this machine lacks to run `vllm serve`: the executable, a CUDA device; empty when ready."""
+    missing = []
+    if shutil.which(executable[0]) is None:
+        missing.append(f"the vLLM executable {executable[0]!r} is not found (not on PATH, or not executable)")
+    if require_gpu and not cuda_device_visible():
+        missing.append("no CUDA device is visible (no /dev/nvidia*, no working nvidia-smi, or CUDA_VISIBLE_DEVICES empty)")
+    return missing
+
+
+def require_vllm(
+    pool: PoolConfig, seats: Sequence[WorkerSeat], executable: Sequence[str], *, require_gpu: bool = True
+) -> None:
+    """Raise `VllmUnavailableError` naming what is missing when this machine cannot serve `seats`."""
+    missing = missing_prerequisites(executable, require_gpu=require_gpu)
+    if missing:
+        raise VllmUnavailableError(
+            f"pool {pool.name!r}: the vllm seats {[s.name for s in seats]} are served by `vllm serve` on this "
+            f"machine, which cannot run it: {'; '.join(missing)}. To serve them, {GPU_EXTRA_HINT}."
+        )
 
 
 def vllm_serve_argv(
@@ -96,8 +157,8 @@ class VllmPool:
 
     @classmethod
     def from_pool(cls, pool: PoolConfig, **server_options: object) -> VllmPool:
-        """Servers for every `vllm` seat of `pool` (options go to each `VllmServer`)."""
-        return cls([VllmServer(seat, **server_options) for seat in pool.workers if seat.is_vllm])
+        """Servers for every `vllm` seat of `pool` without an endpoint (options go to each `VllmServer`)."""
+        return cls([VllmServer(seat, **server_options) for seat in seats_to_launch(pool)])
 
     def served_pool(self, pool: PoolConfig) -> PoolConfig:
         """`pool` with each served seat turned into an `openai` seat on its running server."""

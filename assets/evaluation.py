@@ -8,6 +8,7 @@ beside `world_model_report` and `oracle_ceilings`, usage shares, parse codes, th
 the gap decomposition. `eval_arms` depends on `conductor_checkpoint` and `world_model` for lineage
 only: it reads the checkpoint from the event log and fits its own train-split W, so it runs
 whether or not they materialized.
+
 A blocking check fails when a question used for training or for choosing the best single
 worker appears in the eval slice, or when the world model that routes (the W-router arm) or
 fills conductor prompts saw an eval-split question: that W is fitted here, on the warehouse's
@@ -39,7 +40,7 @@ from conductor_pipeline.evaluation.comparisons import (
     conductor_arms,
     gap_in_points,
 )
-from conductor_pipeline.evaluation.costs import RoutingPredictions, cost_story, cost_sweep, pareto_frontier
+from conductor_pipeline.evaluation.costs import RoutingPredictions, arms_frontier, cost_story, cost_sweep
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
 from conductor_pipeline.evaluation.report import (
     arm_labels,
@@ -59,7 +60,6 @@ from conductor_pipeline.evaluation.routers import (
     WCascadeRouter,
     WorldModelRouter,
     choose_best_single,
-    list_price_per_mtok,
 )
 from conductor_pipeline.evaluation.slices import (
     DEFAULT_SLICE_SIZE,
@@ -80,9 +80,7 @@ from conductor_pipeline.evaluation.tables import (
 )
 from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.pools.backends.base import RecordedWorker
-from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.probing.pass_rates import pass_rate_table
-from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
@@ -115,7 +113,7 @@ class EvalArmsConfig(dg.Config):
     order: str = Field(
         "question_id", description="Slice order: question_id (sorted; groups MATH subjects) or hashed (mixed)"
     )
-    repeats: int = Field(1, ge=1, description="Repeats per arm (paper: up to 16); reported as mean and SE")
+    repeats: int = Field(1, ge=1, description="Repeats per arm (paper: up to 16); reported as mean and SE (repeats that replay one recording count as one sample)")
     only_recorded: bool = Field(
         True, description="Replay pools: draw the slice from questions every replay seat has a recording for"
     )
@@ -150,21 +148,6 @@ class EvalArmsConfig(dg.Config):
     world_model: WorldModelFitConfig = Field(
         default_factory=WorldModelFitConfig,
         description="Knobs of the train-split W that routes the W-router and fills '+W' conductor prompts",
-    )
-
-
-def routing_predictions(
-    model: WorldModel, seats: list[WorkerSeat], questions: list[Question], fallback: str
-) -> RoutingPredictions:
-    """The train-split W's success and cost predictions for every slice question x seat, kept with
-    the run so `eval_tables` sweeps the W-router's and the W-cascade's cost knobs without W."""
-    return RoutingPredictions(
-        question_ids=tuple(q.question_id for q in questions),
-        workers=tuple(seat.name for seat in seats),
-        success=model.predict_success(questions, seats),
-        cost=model.predict_cost(questions, seats),
-        prices=tuple(list_price_per_mtok(seat) for seat in seats),
-        fallback=fallback,
     )
 
 
@@ -287,7 +270,7 @@ def eval_arms(
             "math_levels": tuple(config.math_levels),
             "replayed": len(recorded) == len(workers),
             "single_recording_workers": tuple(sorted(n for n, w in recorded.items() if w.samples_recorded == 1)),
-            "routing_predictions": routing_predictions(train_split_w, seats, questions, calibration.worker)
+            "routing_predictions": RoutingPredictions.from_model(train_split_w, seats, questions, calibration.worker)
             if train_split_w is not None else None,
         },
     )
@@ -453,7 +436,7 @@ def eval_tables(
 
     cost = dict(zip(arms, table["cost_per_question"].to_list(), strict=True))
     accuracy = dict(zip(arms, table["accuracy"].to_list(), strict=True))
-    frontier = pareto_frontier({arm: (cost[arm] or 0.0, accuracy[arm]) for arm in arms})
+    frontier = arms_frontier(table)
     predictions = extra.get("routing_predictions")
     sweep = cost_sweep(workflows, predictions, settings=settings) if predictions is not None else pl.DataFrame()
     stories = {router: cost_story(sweep, router) for router in dict.fromkeys(sweep["router"].to_list())} if sweep.height else {}

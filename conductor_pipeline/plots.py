@@ -184,6 +184,9 @@ def accuracy_cost_plot(
     if positive and max(positive) / min(positive) > 20:  # cheap and dear arms differ by orders of magnitude
         axis.set_xscale("symlog", linthresh=min(positive))
         margin = min(positive) * 0.2
+        # 0, then whole decades: a decade tick inside the linear stretch would sit on top of the 0.
+        decades = range(math.ceil(math.log10(min(positive))), math.ceil(math.log10(max(positive) * 1.6)) + 1)
+        axis.set_xticks([0.0, *(10.0**k for k in decades)])
     axis.set_xlim(-margin, max(positive, default=1.0) * 1.6)
     if table.height:
         axis.set_ylim(max(-0.02, min(table["ci_low"]) - 0.04), min(1.02, max(table["ci_high"]) + 0.04))

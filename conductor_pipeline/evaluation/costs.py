@@ -23,13 +23,24 @@ from conductor_pipeline.evaluation.comparisons import (
     aligned_scores,
     question_scores,
 )
-from conductor_pipeline.evaluation.routers import WCascadeRouter, WorldModelRouter, cascade_choice, w_router_scores
+from conductor_pipeline.evaluation.routers import (
+    OracleRouter,
+    SuccessAndCostModel,
+    WCascadeRouter,
+    WorldModelRouter,
+    cascade_choice,
+    list_price_per_mtok,
+    w_router_scores,
+)
+from conductor_pipeline.pools.config import WorkerSeat
+from conductor_pipeline.records import Question
 from conductor_pipeline.stats import compare_paired
 
 # The W-router's lambda (accuracy per USD) is swept relative to the median predicted call cost m:
 # lambda x m from 1/100 (cost barely matters) to 100 (the cheapest worker always wins), and 0.
 LAMBDA_TIMES_MEDIAN_COST = np.geomspace(0.01, 100.0, 21)
 CASCADE_THRESHOLDS = np.round(np.linspace(0.0, 1.0, 21), 2)
+HINDSIGHT_ARMS = frozenset({OracleRouter.name})
 # The budget of question (b): this share of the best single worker's cost per question.
 HALF_COST_SHARE = 0.5
 
@@ -50,6 +61,20 @@ class RoutingPredictions:
     cost: np.ndarray
     prices: tuple[float, ...]
     fallback: str
+
+    @classmethod
+    def from_model(
+        cls, model: SuccessAndCostModel, seats: Sequence[WorkerSeat], questions: Sequence[Question], fallback: str
+    ) -> RoutingPredictions:
+        """W's predictions for every question x seat, in one batch each."""
+        return cls(
+            question_ids=tuple(q.question_id for q in questions),
+            workers=tuple(seat.name for seat in seats),
+            success=np.asarray(model.predict_success(list(questions), list(seats)), dtype=float),
+            cost=np.asarray(model.predict_cost(list(questions), list(seats)), dtype=float),
+            prices=tuple(list_price_per_mtok(seat) for seat in seats),
+            fallback=fallback,
+        )
 
     def restricted(self, question_ids: Sequence[str]) -> RoutingPredictions:
         row = {qid: i for i, qid in enumerate(self.question_ids)}
@@ -74,6 +99,15 @@ def pareto_frontier(points: Mapping[str, tuple[float, float]]) -> list[str]:
             frontier.append(arm)
             best_accuracy = accuracy
     return frontier
+
+
+def arms_frontier(table: pl.DataFrame) -> list[str]:
+    """The frontier over an arm table's (cost per question, accuracy), hindsight arms left out: the
+    oracle routes on answers it could not know and is a bound, not a configuration to buy."""
+    return pareto_frontier({
+        row["arm"]: (row["cost_per_question"] or 0.0, row["accuracy"])
+        for row in table.iter_rows(named=True) if row["arm"] not in HINDSIGHT_ARMS
+    })
 
 
 def lambda_grid(predicted_cost: np.ndarray) -> list[float]:

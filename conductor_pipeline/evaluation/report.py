@@ -172,8 +172,8 @@ def verdict_lines(
 ) -> str:
     """One line per arm: beats / ties / loses the best single worker, by the paired interval.
 
-    With `max_chars` (the UI shows shorter markdown inline), the lines drop the interval and the
-    p-value, then collapse to one line per verdict, until they fit; the paired table keeps the detail.
+    With `max_chars` (the UI shows shorter markdown inline), the lines drop the p-value, then the
+    interval, then collapse to one line per verdict, until they fit; the paired table keeps the detail.
     """
     shown = [arm for arm in order if arm in comparisons]
     if not shown:
@@ -187,6 +187,10 @@ def verdict_lines(
         return (f"- {labels.get(arm, arm)}: **{c.verdict}** {fmt_estimate_points(c.difference)} pts, "
                 f"McNemar p {fmt_p(c.mcnemar_p)}")
 
+    def interval(arm: str) -> str:
+        c = comparisons[arm]
+        return f"- {labels.get(arm, arm)}: **{c.verdict}** {fmt_estimate_points(c.difference)} pts"
+
     def short(arm: str) -> str:
         c = comparisons[arm]
         return f"- {labels.get(arm, arm)}: **{c.verdict}** {fmt_points(c.difference.value)} pts"
@@ -198,7 +202,7 @@ def verdict_lines(
             lines.append(f"- **{verdict}**: {', '.join(arms) if arms else 'none'}")
         return lines
 
-    for lines in ([full(a) for a in shown], [short(a) for a in shown], grouped()):
+    for lines in ([full(a) for a in shown], [interval(a) for a in shown], [short(a) for a in shown], grouped()):
         text = "\n".join([head, *lines])
         if max_chars is None or len(text) < max_chars:
             return text

@@ -9,7 +9,14 @@ import polars as pl
 import pytest
 
 from conductor_pipeline.evaluation.comparisons import PairedSettings
-from conductor_pipeline.evaluation.costs import RoutingPredictions, cost_story, cost_sweep, lambda_grid, pareto_frontier
+from conductor_pipeline.evaluation.costs import (
+    RoutingPredictions,
+    arms_frontier,
+    cost_story,
+    cost_sweep,
+    lambda_grid,
+    pareto_frontier,
+)
 from conductor_pipeline.evaluation.tables import arm_table
 from conductor_pipeline.plots import accuracy_cost_plot
 from tests.builders import eval_workflow_rows, eval_workflows_frame
@@ -61,6 +68,14 @@ def test_the_frontier_keeps_only_arms_nothing_beats_on_cost_and_accuracy():
     points = {"cheap": (0.001, 0.5), "mid": (0.005, 0.8), "dear": (0.01, 0.9), "waste": (0.02, 0.85),
               "same_as_mid": (0.005, 0.7), "free": (0.0, 0.0)}
     assert pareto_frontier(points) == ["free", "cheap", "mid", "dear"]
+
+
+def test_the_oracle_is_a_bound_not_a_point_of_the_arms_frontier():
+    workflows, _ = planted()
+    oracle = eval_workflow_rows("oracle", [True] * N, costs=0.002)
+    table = arm_table(eval_workflows_frame(workflows.to_dicts(), oracle), planned_size=N)
+    # best_single and solo:dear are one point: the first name stands for it.
+    assert arms_frontier(table) == ["solo:cheap", "best_single"]
 
 
 def test_the_accuracy_cost_plot_draws_arms_frontier_and_sweeps():

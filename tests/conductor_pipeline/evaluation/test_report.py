@@ -57,6 +57,9 @@ def test_verdict_lines_fit_the_inline_limit_by_dropping_detail():
     assert full.count("\n- ") == 20 and "[+1.0, +9.0]" in full and "McNemar p <0.001" in full
     fitted = verdict_lines(comparisons, arms, labels, reference_label="best_single (a)", max_chars=1000)
     assert len(fitted) < 1000 and "**beats**" in fitted
+    fifteen = verdict_lines({f"arm:{i}": comparisons[arms[0]] for i in range(15)}, [f"arm:{i}" for i in range(15)],
+                            {}, reference_label="best_single (a)", max_chars=1000)
+    assert len(fifteen) < 1000 and "- arm:14: **beats** +5.0 [+1.0, +9.0] pts" in fifteen  # interval kept, p dropped
     few = verdict_lines({"vote:all": comparison(0.07, 0.04, 0.10)}, ["vote:all"], {"vote:all": "vote:all (from recordings)"},
                         reference_label="best_single (a)", max_chars=1000)
     assert "- vote:all (from recordings): **beats** +7.0 [+4.0, +10.0] pts" in few

@@ -113,7 +113,10 @@ class EvalArmsConfig(dg.Config):
     order: str = Field(
         "question_id", description="Slice order: question_id (sorted; groups MATH subjects) or hashed (mixed)"
     )
-    repeats: int = Field(1, ge=1, description="Repeats per arm (paper: up to 16); reported as mean and SE (repeats that replay one recording count as one sample)")
+    repeats: int = Field(
+        1, ge=1,
+        description="Repeats per arm (paper: up to 16); mean and SE (repeats replaying one recording are one sample)",
+    )
     only_recorded: bool = Field(
         True, description="Replay pools: draw the slice from questions every replay seat has a recording for"
     )
@@ -134,10 +137,12 @@ class EvalArmsConfig(dg.Config):
         0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost (USD); 0 ranks on success alone"
     )
     w_cascade: bool = Field(
-        True, description="Run the W-cascade arm: the cheapest worker (list price) whose train-split W success reaches the threshold"
+        True,
+        description="Run the W-cascade arm: the cheapest worker (list price) the train-split W trusts enough",
     )
     w_cascade_threshold: float = Field(
-        0.5, ge=0, le=1, description="W-cascade: predicted success a worker needs to answer; none reaches it -> best single"
+        0.5, ge=0, le=1,
+        description="W-cascade: predicted success a worker needs to answer; none reaches it -> best single",
     )
     vote_arms: bool = Field(
         True, description="Run broadcast-and-vote arms: every worker (and the best k) answers, the majority answer wins"
@@ -356,7 +361,8 @@ def world_model_routing(instance: dg.DagsterInstance, pool: str) -> tuple[float 
     verdict = metadata.get("verdict")
     line = None
     if verdict is not None:
-        line = next((ln.lstrip("- ").strip() for ln in str(verdict.value).splitlines() if f"routing on {pool} " in ln), None)
+        lines = str(verdict.value).splitlines()
+        line = next((ln.lstrip("- ").strip() for ln in lines if f"routing on {pool} " in ln), None)
     return (None if entry is None else float(entry.value)), line
 
 
@@ -390,7 +396,7 @@ def conductor_check_result(verdicts: dict[str, str]) -> dg.AssetCheckResult:
     check_specs=[
         dg.AssetCheckSpec(
             CONDUCTOR_CHECK, asset="eval_tables",
-            description="A conductor arm beats the best single worker (paired bootstrap interval above 0); warns, never blocks",
+            description="A conductor arm beats the best single worker (paired interval above 0); warns, never blocks",
         )
     ],
 )
@@ -439,7 +445,8 @@ def eval_tables(
     frontier = arms_frontier(table)
     predictions = extra.get("routing_predictions")
     sweep = cost_sweep(workflows, predictions, settings=settings) if predictions is not None else pl.DataFrame()
-    stories = {router: cost_story(sweep, router) for router in dict.fromkeys(sweep["router"].to_list())} if sweep.height else {}
+    stories = {router: cost_story(sweep, router) for router in dict.fromkeys(sweep["router"].to_list())} \
+        if sweep.height else {}
     estimated = bool(table["tokens_estimated"].fill_null(False).any())
     baselines = {
         arm: comparisons[arm] for arm in arms
@@ -449,7 +456,8 @@ def eval_tables(
     routing_summary = routing_summary_markdown(
         pool=pool,
         eval_population=describe_eval_population(
-            eval_arms.corpus, extra.get("math_levels", ()), restricted_to_recorded=bool(extra.get("restricted_to_recorded"))
+            eval_arms.corpus, extra.get("math_levels", ()),
+            restricted_to_recorded=bool(extra.get("restricted_to_recorded")),
         ),
         w_router=comparisons.get(WorldModelRouter.name),
         oracle_accuracy=accuracy.get("oracle"),
@@ -488,7 +496,8 @@ def eval_tables(
             "paired_vs_best_single": dg.MetadataValue.md(paired_table_markdown(comparisons, shown, labels)),
             "cost_story": dg.MetadataValue.md(
                 cost_story_markdown(
-                    stories, reference_label=reference_label, reference_accuracy=accuracy.get(REFERENCE_ARM, float("nan")),
+                    stories, reference_label=reference_label,
+                    reference_accuracy=accuracy.get(REFERENCE_ARM, float("nan")),
                     reference_cost=cost.get(REFERENCE_ARM) or 0.0, estimated=estimated, baselines=baselines,
                     baseline_costs=cost, labels=labels, frontier=frontier,
                 )

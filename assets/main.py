@@ -32,7 +32,8 @@ HEADLINES: list[tuple[str, list[str]]] = [
     ("grpo_probe_run", ["summary"]),
     ("conductor_checkpoint", ["checkpoint", "global_step"]),
     ("world_model_report", ["verdict"]),
-    ("eval_tables", ["conductor_vs_best_single", "verdicts", "arm_table", "cost_story", "routing_value", "decomposition"]),
+    ("eval_tables",
+     ["conductor_vs_best_single", "verdicts", "arm_table", "cost_story", "routing_value", "decomposition"]),
 ]
 
 

@@ -182,7 +182,8 @@ def compare_paired(
     a, r = per_question_scores(arm), per_question_scores(reference)
     o = per_question_scores(oracle) if oracle is not None else None
     if a.shape != r.shape or (o is not None and o.shape != a.shape):
-        raise ValueError(f"paired scores must cover the same questions: {a.shape}, {r.shape}, {None if o is None else o.shape}")
+        shapes = [a.shape, r.shape, *([o.shape] if o is not None else [])]
+        raise ValueError(f"paired scores must cover the same questions, got shapes {shapes}")
     n = a.size
     if n == 0:
         raise ValueError("no question is shared by the arms being compared")

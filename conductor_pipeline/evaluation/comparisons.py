@@ -97,7 +97,8 @@ def comparisons_frame(comparisons: dict[str, PairedComparison]) -> pl.DataFrame:
     """The comparisons as one row per arm (what the asset writes next to the arm table)."""
     rows = [
         {
-            "arm": arm, "n_questions": c.n_questions, "accuracy": c.arm_accuracy, "reference_accuracy": c.reference_accuracy,
+            "arm": arm, "n_questions": c.n_questions, "accuracy": c.arm_accuracy,
+            "reference_accuracy": c.reference_accuracy,
             "difference": c.difference.value, "difference_low": c.difference.low, "difference_high": c.difference.high,
             "arm_only": c.arm_only, "reference_only": c.reference_only, "mcnemar_p": c.mcnemar_p,
             "headroom_recovered": c.headroom_recovered.value if c.headroom_recovered else None,

@@ -191,7 +191,9 @@ def cost_story(sweep: pl.DataFrame, router: str = WorldModelRouter.name) -> dict
     rows = sweep.filter(pl.col("router") == router) if sweep.height else sweep
     if rows.height == 0:
         return {"cheapest_not_worse": None, "best_at_half_cost": None}
-    not_worse = rows.filter(pl.col("verdict") != "loses").sort(["cost_per_question", "accuracy"], descending=[False, True])
+    not_worse = rows.filter(pl.col("verdict") != "loses").sort(
+        ["cost_per_question", "accuracy"], descending=[False, True]
+    )
     budget = rows["reference_cost_per_question"][0] * HALF_COST_SHARE
     cheap = rows.filter(pl.col("cost_per_question") <= budget).sort(
         ["accuracy", "cost_per_question"], descending=[True, False]

@@ -76,9 +76,8 @@ def eval_lineup(
     if world_model is not None:
         routers.append(RouterArm(WorldModelRouter(world_model, tuple(seats), lambda_cost=lambda_cost)))
     if cascade_model is not None:
-        routers.append(
-            RouterArm(WCascadeRouter(cascade_model, tuple(seats), fallback=calibration.worker, threshold=cascade_threshold))
-        )
+        cascade = WCascadeRouter(cascade_model, tuple(seats), fallback=calibration.worker, threshold=cascade_threshold)
+        routers.append(RouterArm(cascade))
     if vote_top_k is not None:
         routers.extend(vote_arms(ranked_workers(calibration, workers), vote_top_k))
     return ArmLineup(tuple(SoloArm(worker) for worker in workers), tuple(routers), tuple(conductors))

@@ -267,7 +267,9 @@ def _cell(value: object) -> str:
 # ---------------------------------------------------------------------- cost
 
 
-def frontier_markdown(table: pl.DataFrame, frontier: Sequence[str], labels: Mapping[str, str], reference_cost: float | None) -> str:
+def frontier_markdown(
+    table: pl.DataFrame, frontier: Sequence[str], labels: Mapping[str, str], reference_cost: float | None
+) -> str:
     """Every arm by cost per question, its share of the best single worker's cost, and whether it
     is on the accuracy-vs-cost frontier (no arm is at least as accurate for less)."""
     rows = []
@@ -294,15 +296,20 @@ def cost_story_markdown(
     """The cost story in sentences: the sweeps' two answers per router, what the vote and cascade
     arms cost, and the frontier."""
     est = " (est.)" if estimated else ""
-    lines = [f"{reference_label}: {fmt_accuracy(reference_accuracy)} at {fmt_cost(reference_cost)} USD per question{est}."]
+    lines = [
+        f"{reference_label}: {fmt_accuracy(reference_accuracy)} at {fmt_cost(reference_cost)} USD per question{est}."
+    ]
     for router, story in stories.items():
         knob = "lambda" if router == "w_router" else "threshold"
         cheapest, half = story["cheapest_not_worse"], story["best_at_half_cost"]
         if cheapest is None:
-            lines.append(f"- {router}: every configuration swept is worse than {reference_label} by the paired interval.")
+            lines.append(
+                f"- {router}: every configuration swept is worse than {reference_label} by the paired interval."
+            )
         else:
             lines.append(
-                f"- {router}, cheapest configuration not worse than {reference_label}: {knob} = {cheapest['value']:.3g}, "
+                f"- {router}, cheapest configuration not worse than {reference_label}: "
+                f"{knob} = {cheapest['value']:.3g}, "
                 f"{fmt_accuracy(cheapest['accuracy'])} ({_sweep_difference(cheapest)}, {cheapest['verdict']}) at "
                 f"{fmt_cost(cheapest['cost_per_question'])} USD = {_share(cheapest['cost_share'])} of its cost."
             )

@@ -94,7 +94,8 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
     # solo, baselines, the W-router, the W-cascade, three votes, the conductor
     assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 1
-    assert {"w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W"} <= set(arms["arms"])
+    new_arms = {"w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W"}
+    assert new_arms <= set(arms["arms"])
     # The run id hashes the settings and the arm names in order: the same config resumes the same run.
     assert arms["run_id"] == "eval-ded22c189ceced4cafe343fd"
     store = Warehouse(warehouse_path)

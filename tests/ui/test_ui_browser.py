@@ -240,7 +240,8 @@ def rendered_lines(markdown: str) -> list[str]:
 
 
 def test_eval_tables_shows_the_verdicts_and_the_conductor_without_a_click(page: Page, ui: str) -> None:
-    latest = graphql(ui, LATEST_MARKDOWN_QUERY, {"key": {"path": ["eval_tables"]}})["assetOrError"]["assetMaterializations"]
+    reply = graphql(ui, LATEST_MARKDOWN_QUERY, {"key": {"path": ["eval_tables"]}})
+    latest = reply["assetOrError"]["assetMaterializations"]
     assert latest, "eval_tables was never materialized by the default run"
     markdown = {e["label"]: e["mdStr"] for e in latest[0]["metadataEntries"] if "mdStr" in e}
     expected: list[str] = []

@@ -41,7 +41,9 @@ def test_the_arm_table_says_n_a_and_marks_estimated_tokens():
     workflows = eval_workflows_frame(
         eval_workflow_rows("solo:a", [True, False], costs=0.00012), eval_workflow_rows("best_single", [True, True])
     )
-    tokens = pl.DataFrame({"workflow_id": workflows["workflow_id"], "tokens": [100.0] * 4, "tokens_estimated": [True] * 4})
+    tokens = pl.DataFrame(
+        {"workflow_id": workflows["workflow_id"], "tokens": [100.0] * 4, "tokens_estimated": [True] * 4}
+    )
     table = arm_table(workflows, planned_size=2, call_tokens=tokens)
     text = arm_table_markdown(table, arm_labels(table["arm"].to_list(), best_single_worker="a", replayed=True))
     assert "best_single (a)" in text and "| est. " in text and "characters / 4" in text
@@ -60,8 +62,10 @@ def test_verdict_lines_fit_the_inline_limit_by_dropping_detail():
     fifteen = verdict_lines({f"arm:{i}": comparisons[arms[0]] for i in range(15)}, [f"arm:{i}" for i in range(15)],
                             {}, reference_label="best_single (a)", max_chars=1000)
     assert len(fifteen) < 1000 and "- arm:14: **beats** +5.0 [+1.0, +9.0] pts" in fifteen  # interval kept, p dropped
-    few = verdict_lines({"vote:all": comparison(0.07, 0.04, 0.10)}, ["vote:all"], {"vote:all": "vote:all (from recordings)"},
-                        reference_label="best_single (a)", max_chars=1000)
+    few = verdict_lines(
+        {"vote:all": comparison(0.07, 0.04, 0.10)}, ["vote:all"], {"vote:all": "vote:all (from recordings)"},
+        reference_label="best_single (a)", max_chars=1000,
+    )
     assert "- vote:all (from recordings): **beats** +7.0 [+4.0, +10.0] pts" in few
 
 

@@ -132,7 +132,8 @@ def test_the_cascade_takes_the_cheapest_worker_w_trusts_and_falls_back_to_the_be
     assert cascade.name == "w_cascade@0.7"
     assert [seats[i].name for i in cascade.ladder] == ["cheap", "mid", "pricey"]
     assert cascade.choose(questions) == ["cheap", "pricey"]  # q1: no rung reaches 0.7 -> the fallback
-    assert WCascadeRouter(FixedModel(), seats, fallback="pricey", threshold=0.58).choose(questions) == ["cheap", "cheap"]
+    lower = WCascadeRouter(FixedModel(), seats, fallback="pricey", threshold=0.58)
+    assert lower.choose(questions) == ["cheap", "cheap"]
     assert WCascadeRouter(FixedModel(), seats, fallback="mid", threshold=0.0).choose(questions) == ["cheap", "cheap"]
     assert WCascadeRouter(FixedModel(), seats, fallback="mid", threshold=0.9).choose(questions) == ["mid", "mid"]
     assert cascade.route(questions[0]).workers == ("cheap",)

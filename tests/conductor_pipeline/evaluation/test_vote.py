@@ -15,7 +15,9 @@ from conductor_pipeline.records import Question
 from conductor_pipeline.warehouse import Warehouse
 from tests.builders import RecordingWorker, make_pool, orchestrate, seat
 
-HALF = Question(question_id="test/algebra/9.json", corpus="math", split="test", problem="Half of one?", answer="\\frac{1}{2}")
+HALF = Question(
+    question_id="test/algebra/9.json", corpus="math", split="test", problem="Half of one?", answer="\\frac{1}{2}"
+)
 
 
 def test_equivalent_spellings_are_one_vote():

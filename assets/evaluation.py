@@ -175,6 +175,8 @@ def _conductor_resources(
 
 @dg.asset(
     group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
     # Lineage only: the checkpoint is read from the event log and the routing W is fitted here.
     deps=[pass_rates, dg.AssetKey(CHECKPOINT_ASSET), dg.AssetKey(WORLD_MODEL_ASSET)],
     kinds={"duckdb", "lightgbm"},
@@ -392,6 +394,8 @@ def conductor_check_result(verdicts: dict[str, str]) -> dg.AssetCheckResult:
 
 @dg.asset(
     group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
     kinds={"duckdb"},
     check_specs=[
         dg.AssetCheckSpec(

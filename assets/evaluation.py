@@ -25,42 +25,17 @@ import asyncio
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 from pydantic import Field
 
 from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
-from conductor_pipeline.evaluation.arms import EvalRunSummary, VoteArm
-from conductor_pipeline.evaluation.comparisons import (
-    REFERENCE_ARM,
-    PairedSettings,
-    compare_with_reference,
-    comparisons_frame,
-    conductor_arms,
-    gap_in_points,
-)
-from conductor_pipeline.evaluation.costs import RoutingPredictions, arms_frontier, cost_story, cost_sweep
+from conductor_pipeline.evaluation.arms import EvalRunSummary
+from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
+from conductor_pipeline.evaluation.costs import RoutingPredictions
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
-from conductor_pipeline.evaluation.report import (
-    arm_labels,
-    arm_table_markdown,
-    conductor_summary,
-    cost_story_markdown,
-    decomposition_markdown,
-    describe_eval_population,
-    frontier_markdown,
-    markdown_table,
-    paired_table_markdown,
-    points_rows,
-    routing_summary_markdown,
-    verdict_lines,
-)
-from conductor_pipeline.evaluation.routers import (
-    WCascadeRouter,
-    WorldModelRouter,
-    choose_best_single,
-)
+from conductor_pipeline.evaluation.results import OtherFigures, build_eval_tables
+from conductor_pipeline.evaluation.routers import choose_best_single
 from conductor_pipeline.evaluation.slices import (
     DEFAULT_SLICE_SIZE,
     eval_candidates,
@@ -68,17 +43,6 @@ from conductor_pipeline.evaluation.slices import (
     find_leaks,
     training_question_ids,
 )
-from conductor_pipeline.evaluation.tables import (
-    GAP_FIRST_N,
-    arm_table,
-    common_questions,
-    conductor_decompositions,
-    parse_code_histogram,
-    routing_value,
-    running_gap,
-    worker_usage,
-)
-from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.pools.backends.base import RecordedWorker
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.splits import split_fingerprint, split_of
@@ -414,117 +378,42 @@ def eval_tables(
     workflows = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})
     if workflows.is_empty():
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")
-    tokens = store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id})
-    extra = eval_arms.extra
-    pool = str(extra.get("pool", ""))
-    order = list(eval_arms.slice_ids)
-    table = arm_table(
-        workflows,
-        planned_size=eval_arms.planned_size,
-        call_tokens=tokens,
-        slice_order=order,
-        available=len(eval_arms.slice_ids),
-        arm_order=eval_arms.arms,
-        single_recording_workers=extra.get("single_recording_workers", ()),
-    )
-    gap = running_gap(workflows, slice_order=order)
-    common = common_questions(workflows)
-    settings = config.paired_settings()
-    comparisons = compare_with_reference(workflows, settings=settings)
-    arms = table["arm"].to_list()
-    labels = arm_labels(arms, best_single_worker=eval_arms.best_single_worker, replayed=bool(extra.get("replayed")))
-    reference_label = labels.get(REFERENCE_ARM, REFERENCE_ARM)
-    conductors = conductor_arms(arms)
-    points = {arm: split for arm in conductors if (split := gap_in_points(workflows, arm)) is not None}
-    routing = routing_value(table, WorldModelRouter.name)
-    decompositions = conductor_decompositions(
-        workflows, common, context={WorldModelRouter.name: routing["accuracy"]} if routing else None
-    )
-    for decomposition in decompositions:
-        if decomposition["arm"] in points:
-            decomposition.update(points_rows(points[decomposition["arm"]]))
-
-    cost = dict(zip(arms, table["cost_per_question"].to_list(), strict=True))
-    accuracy = dict(zip(arms, table["accuracy"].to_list(), strict=True))
-    frontier = arms_frontier(table)
-    predictions = extra.get("routing_predictions")
-    sweep = cost_sweep(workflows, predictions, settings=settings) if predictions is not None else pl.DataFrame()
-    stories = {router: cost_story(sweep, router) for router in dict.fromkeys(sweep["router"].to_list())} \
-        if sweep.height else {}
-    estimated = bool(table["tokens_estimated"].fill_null(False).any())
-    baselines = {
-        arm: comparisons[arm] for arm in arms
-        if arm in comparisons and arm.startswith((VoteArm.PREFIX, WCascadeRouter.family))
-    }
+    pool = str(eval_arms.extra.get("pool", ""))
     report_headroom, report_verdict = world_model_routing(context.instance, pool)
-    routing_summary = routing_summary_markdown(
-        pool=pool,
-        eval_population=describe_eval_population(
-            eval_arms.corpus, extra.get("math_levels", ()),
-            restricted_to_recorded=bool(extra.get("restricted_to_recorded")),
-        ),
-        w_router=comparisons.get(WorldModelRouter.name),
-        oracle_accuracy=accuracy.get("oracle"),
-        report_headroom=report_headroom,
-        report_verdict=report_verdict,
-        ceilings=probe_ceilings(context.instance, pool),
+    results = build_eval_tables(
+        eval_arms,
+        workflows,
+        store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id}),
+        settings=config.paired_settings(),
+        others=OtherFigures(report_headroom, report_verdict, probe_ceilings(context.instance, pool)),
+        inline_chars=UI_INLINE_MARKDOWN_CHARS,
     )
-    shown = [arm for arm in arms if arm != REFERENCE_ARM]
 
     out_dir = warehouse.artifact_dir("eval_tables")
-    table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
-    gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
-    comparisons_frame(comparisons).write_parquet(out_dir / f"{eval_arms.run_id}_paired.parquet")
-    if sweep.height:
-        sweep.write_parquet(out_dir / f"{eval_arms.run_id}_cost_sweep.parquet")
-    accuracy_png = accuracy_cost_plot(table, frontier=frontier, sweep=sweep, labels=labels, reference=REFERENCE_ARM)
-    gap_png = running_gap_plot(gap)
-    (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(accuracy_png)
-    (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(gap_png)
-    context.log.info(f"eval tables for {eval_arms.run_id}: {table.height} arms on {len(common)} common questions")
+    results.table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
+    results.gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
+    comparisons_frame(results.comparisons).write_parquet(out_dir / f"{eval_arms.run_id}_paired.parquet")
+    if results.sweep.height:
+        results.sweep.write_parquet(out_dir / f"{eval_arms.run_id}_cost_sweep.parquet")
+    (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(results.accuracy_png)
+    (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(results.gap_png)
+    context.log.info(
+        f"eval tables for {eval_arms.run_id}: {results.table.height} arms on {results.n_common} common questions"
+    )
     return dg.MaterializeResult(
         metadata={
             "run_id": eval_arms.run_id,
-            "n_scored": len(common),
+            "n_scored": results.n_common,
             "planned_slice_size": eval_arms.planned_size,
-            "n_label": table["n_label"][0] if table.height else "n=0",
+            "n_label": results.table["n_label"][0] if results.table.height else "n=0",
             "split_fingerprint": eval_arms.split_fingerprint,
-            "conductor_vs_best_single": dg.MetadataValue.md(
-                conductor_summary(comparisons, conductors, points, reference_label=reference_label)
-            ),
-            "verdicts": dg.MetadataValue.md(
-                verdict_lines(comparisons, shown, labels, reference_label=reference_label,
-                              max_chars=UI_INLINE_MARKDOWN_CHARS)
-            ),
-            "arm_table": dg.MetadataValue.md(arm_table_markdown(table, labels)),
-            "paired_vs_best_single": dg.MetadataValue.md(paired_table_markdown(comparisons, shown, labels)),
-            "cost_story": dg.MetadataValue.md(
-                cost_story_markdown(
-                    stories, reference_label=reference_label,
-                    reference_accuracy=accuracy.get(REFERENCE_ARM, float("nan")),
-                    reference_cost=cost.get(REFERENCE_ARM) or 0.0, estimated=estimated, baselines=baselines,
-                    baseline_costs=cost, labels=labels, frontier=frontier,
-                )
-            ),
-            "cost_frontier": dg.MetadataValue.md(frontier_markdown(table, frontier, labels, cost.get(REFERENCE_ARM))),
-            "routing_value": dg.MetadataValue.md(routing_summary),
-            **_routing_metadata(routing),
-            "worker_usage": dg.MetadataValue.md(markdown_table(worker_usage(workflows))),
-            "parse_codes": dg.MetadataValue.md(markdown_table(parse_code_histogram(workflows))),
-            "running_gap": dg.MetadataValue.md(
-                markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions"
-            ),
-            "decomposition": dg.MetadataValue.md(
-                decomposition_markdown(decompositions) if decompositions else "no conductor arm"
-            ),
-            "accuracy_vs_cost_plot": png_markdown(accuracy_png, "accuracy vs cost per arm"),
-            "running_gap_plot": png_markdown(gap_png, "running gap to the best single worker"),
+            **{key: dg.MetadataValue.md(text) for key, text in results.markdown.items()},
+            **_routing_metadata(results.routing),
+            "accuracy_vs_cost_plot": png_markdown(results.accuracy_png, "accuracy vs cost per arm"),
+            "running_gap_plot": png_markdown(results.gap_png, "running gap to the best single worker"),
             "tables_dir": dg.MetadataValue.path(str(out_dir)),
         },
-        check_results=[
-            conductor_check_result({arm: comparisons[arm].verdict if arm in comparisons else "cannot be compared with"
-                                    for arm in conductors})
-        ],
+        check_results=[conductor_check_result(results.conductor_verdicts)],
     )
 
 

@@ -41,7 +41,7 @@ from conductor_pipeline.stats import compare_paired
 LAMBDA_TIMES_MEDIAN_COST = np.geomspace(0.01, 100.0, 21)
 CASCADE_THRESHOLDS = np.round(np.linspace(0.0, 1.0, 21), 2)
 HINDSIGHT_ARMS = frozenset({OracleRouter.name})
-# The budget of question (b): this share of the best single worker's cost per question.
+# `cost_story`'s budget: this share of the best single worker's cost per question.
 HALF_COST_SHARE = 0.5
 
 

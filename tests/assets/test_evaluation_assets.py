@@ -13,7 +13,14 @@ import dagster as dg
 import pytest
 
 from assets.definitions import build_definitions
-from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak, questions_seen_in_training
+from assets.evaluation import (
+    EVALUATION_ASSETS,
+    EVALUATION_CHECKS,
+    eval_slice_has_no_leak,
+    probe_ceilings,
+    questions_seen_in_training,
+    world_model_routing,
+)
 from assets.metadata import latest_metadata_value
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.evaluation.arms import EvalRunSummary
@@ -196,3 +203,21 @@ def test_eval_arms_shows_its_checkpoint_and_world_model_as_lineage_but_eval_job_
     job = defs.resolve_job_def("eval_job")
     assert job.graph.has_node_named("eval_arms") and not job.graph.has_node_named("conductor_checkpoint")
     assert not job.graph.has_node_named("world_model")
+
+
+def test_the_routing_summary_reads_the_latest_report_and_ceilings_of_its_own_pool() -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    assert world_model_routing(instance, POOL) == (None, None) and probe_ceilings(instance, POOL) is None
+    line = ("routing on replay-mixed6 (6 workers, 2040 held-out questions): W-router 0.807 vs best single 0.817 "
+            "(gpt-4o) vs oracle 0.910; headroom recovered -9.9% [-19.4%, +0.5%]")
+    instance.report_runless_asset_event(dg.AssetMaterialization("world_model_report", metadata={
+        "verdict": dg.MetadataValue.md(f"- questions: W BEATS worker_marginal\n- {line}"),
+        f"headroom_recovered[{POOL}]": dg.MetadataValue.float(-0.0995),
+    }))
+    instance.report_runless_asset_event(dg.AssetMaterialization("oracle_ceilings", metadata={
+        "pool": "another-pool", "n_questions": 10, "best_single": 0.5, "oracle": 0.9,
+    }))
+    assert world_model_routing(instance, POOL) == (-0.0995, line)
+    assert world_model_routing(instance, "another-pool") == (None, None)
+    assert probe_ceilings(instance, POOL) is None  # the latest ceilings are another pool's
+    assert probe_ceilings(instance, "another-pool") == {"n_questions": 10, "best_single": 0.5, "oracle": 0.9}

@@ -47,19 +47,19 @@ def _corpus_result(
     )
 
 
-@dg.asset(group_name=GROUP, kinds={"jsonl"})
+@dg.asset(group_name=GROUP, kinds={"jsonl"}, owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"})
 def math500_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """MATH500 (PRM800K's 500-problem MATH test subset): file verified, every row validated."""
     return _corpus_result(context, "math500_test", load_math500())
 
 
-@dg.asset(group_name=GROUP, kinds={"parquet"})
+@dg.asset(group_name=GROUP, kinds={"parquet"}, owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"})
 def math_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The full Hendrycks MATH set (12,500 problems): file verified, every row validated."""
     return _corpus_result(context, "math_full", load_math_full())
 
 
-@dg.asset(group_name=GROUP, kinds={"jsonl"})
+@dg.asset(group_name=GROUP, kinds={"jsonl"}, owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"})
 def gsm8k_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """GSM8K train and test: both files verified, every row validated, gold answers extracted."""
     metadata: dict[str, dg.MetadataValue] = {}
@@ -78,7 +78,10 @@ def gsm8k_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata=metadata, data_version=dg.DataVersion("+".join(hashes)))
 
 
-@dg.asset(group_name=GROUP, deps=[math500_corpus, math_corpus, gsm8k_corpus], kinds={"duckdb"})
+@dg.asset(
+    group_name=GROUP, deps=[math500_corpus, math_corpus, gsm8k_corpus], kinds={"duckdb"},
+    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+)
 def questions(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Every question once (MATH full with MATH500 flagged, GSM8K train and test) in the warehouse table `questions`."""
     loaded = load_all_questions()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import corpora, evaluation, pool_search, probing, training, world_model
-from assets.deployment import profile_from_env
+from assets.deployment import profile_from_env, run_tags, with_job_tags
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
@@ -46,14 +46,16 @@ MAIN_JOBS = [corpora_job, probe_job, analysis_job, eval_job]
 
 
 def build_definitions(pool: str) -> dg.Definitions:
-    """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile."""
+    """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile.
+    The main and training jobs' runs carry the pool, the code's commit and the profile as tags (the
+    re-probe job is left as the schedule that targets it declares it)."""
     pool_probing = probing.pool_probing_definitions(pool)
     # Serves the pool's `vllm` seats for the steps that call them; configurable per run (`resources.vllm`).
     vllm = VllmLauncherResource.configure_at_launch()
     return dg.Definitions(
         assets=[pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)],
         asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
-        jobs=[*MAIN_JOBS, *probing.PROBING_JOBS, *training.TRAINING_JOBS],
+        jobs=[*with_job_tags([*MAIN_JOBS, *training.TRAINING_JOBS], run_tags(pool)), *probing.PROBING_JOBS],
         schedules=[pool_probing.reprobe_schedule],
         sensors=probing.PROBING_SENSORS,
         resources={

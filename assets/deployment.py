@@ -19,7 +19,8 @@ apply it when $CORYPHAEUS_PROFILE is `k8s` (see `profile_from_env`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from conductor_pipeline.paths import ARTIFACTS_ENV, PROJECT_ROOT
 
 # Knobs, with their reason.
 PROFILE_ENV = "CORYPHAEUS_PROFILE"
+# The code version a run records; images built without .git set it (else `git rev-parse` is asked).
+GIT_COMMIT_ENV = "CORYPHAEUS_GIT_COMMIT"
 K8S_PROFILE = "k8s"
 # The Dagster concurrency pool of training and vLLM steps (assets/training.py declares it on its assets).
 GPU_POOL = "gpu"
@@ -167,3 +170,42 @@ def profile_from_env(base: dg.Definitions) -> dg.Definitions:
     if profile == K8S_PROFILE:
         return k8s_definitions(base)
     raise ValueError(f"${PROFILE_ENV}={profile!r}: expected 'local' or {K8S_PROFILE!r}")
+
+
+# ---------------------------------------------------------------------- run tags
+
+
+def git_commit() -> str:
+    """$CORYPHAEUS_GIT_COMMIT, else the checkout's short commit (`+dirty` with uncommitted tracked
+    changes), else `unknown` (no git, no checkout)."""
+    if os.environ.get(GIT_COMMIT_ENV):
+        return os.environ[GIT_COMMIT_ENV]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}+dirty" if dirty else commit
+
+
+def run_tags(pool: str) -> dict[str, str]:
+    """What tells two runs apart in the UI's run list: the pool, the code's commit, the profile."""
+    return {"pool": pool, "git_commit": git_commit(), "profile": os.environ.get(PROFILE_ENV) or "local"}
+
+
+def with_job_tags(jobs: Sequence[Any], tags: Mapping[str, str]) -> list[Any]:
+    """Copies of asset jobs whose runs carry `tags` (later keys win over a job's own tags).
+
+    Dagster has no public way to re-tag an existing job, so each is declared again from its parts.
+    """
+    return [
+        dg.define_asset_job(
+            job.name, selection=job.selection, config=job.config, description=job.description,
+            tags={**job.tags, **tags}, run_tags={**job.run_tags, **tags} if job.run_tags else None,
+            partitions_def=job.partitions_def, executor_def=job.executor_def, hooks=job.hooks,
+            op_retry_policy=job.op_retry_policy,
+        )
+        for job in jobs
+    ]

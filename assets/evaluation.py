@@ -2,7 +2,13 @@
 
 `eval_arms` runs the arms through the orchestrator (rows land in `calls` and `workflows` under
 one evaluation run id, resumable: a rerun skips recorded workflows); `eval_tables` turns those
-rows into the arm table, usage shares, parse codes, the running gap and the gap decomposition.
+rows into the arm table, every arm paired against the best single worker (verdict lines), the
+conductor's verdict (also a warning check), the cost story and frontier, the routing summary
+beside `world_model_report` and `oracle_ceilings`, usage shares, parse codes, the running gap and
+the gap decomposition. `eval_arms` depends on `conductor_checkpoint` and `world_model` for lineage
+only: it reads the checkpoint from the event log and fits its own train-split W, so it runs
+whether or not they materialized.
+
 A blocking check fails when a question used for training or for choosing the best single
 worker appears in the eval slice, or when the world model that routes (the W-router arm) or
 fills conductor prompts saw an eval-split question: that W is fitted here, on the warehouse's
@@ -21,12 +27,15 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from assets.metadata import latest_metadata_value, png_markdown
+from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.evaluation.arms import EvalRunSummary
+from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
+from conductor_pipeline.evaluation.costs import RoutingPredictions
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
-from conductor_pipeline.evaluation.routers import WorldModelRouter, choose_best_single
+from conductor_pipeline.evaluation.results import OtherFigures, build_eval_tables
+from conductor_pipeline.evaluation.routers import choose_best_single
 from conductor_pipeline.evaluation.slices import (
     DEFAULT_SLICE_SIZE,
     eval_candidates,
@@ -34,23 +43,10 @@ from conductor_pipeline.evaluation.slices import (
     find_leaks,
     training_question_ids,
 )
-from conductor_pipeline.evaluation.tables import (
-    GAP_FIRST_N,
-    arm_table,
-    arm_table_markdown,
-    common_questions,
-    conductor_decompositions,
-    decomposition_markdown,
-    markdown_table,
-    parse_code_histogram,
-    routing_value,
-    routing_value_table,
-    running_gap,
-    worker_usage,
-)
-from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
+from conductor_pipeline.pools.backends.base import RecordedWorker
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.splits import split_fingerprint, split_of
+from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.hooks import prompt_predictor
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
@@ -62,6 +58,13 @@ GROUP = "evaluation"
 # Read from the event log when present (`latest_metadata_value`), never required.
 CHECKPOINT_ASSET = "conductor_checkpoint"
 CONTESTED_SET_ASSET = "contested_set"
+WORLD_MODEL_ASSET = "world_model"
+WORLD_MODEL_REPORT_ASSET = "world_model_report"
+CEILINGS_ASSET = "oracle_ceilings"
+CONDUCTOR_CHECK = "conductor_beats_best_single"
+# Dagster's UI shows markdown shorter than this inline and hides longer markdown behind a click:
+# the verdict lines and the conductor's result must be read without one.
+UI_INLINE_MARKDOWN_CHARS = 1000
 
 
 class EvalArmsConfig(dg.Config):
@@ -74,7 +77,10 @@ class EvalArmsConfig(dg.Config):
     order: str = Field(
         "question_id", description="Slice order: question_id (sorted; groups MATH subjects) or hashed (mixed)"
     )
-    repeats: int = Field(1, ge=1, description="Repeats per arm (paper: up to 16); reported as mean and SE")
+    repeats: int = Field(
+        1, ge=1,
+        description="Repeats per arm (paper: up to 16); mean and SE (repeats replaying one recording are one sample)",
+    )
     only_recorded: bool = Field(
         True, description="Replay pools: draw the slice from questions every replay seat has a recording for"
     )
@@ -93,6 +99,20 @@ class EvalArmsConfig(dg.Config):
     )
     w_router_lambda_cost: float = Field(
         0.0, ge=0, description="W-router score = P(success) - lambda x predicted cost (USD); 0 ranks on success alone"
+    )
+    w_cascade: bool = Field(
+        True,
+        description="Run the W-cascade arm: the cheapest worker (list price) the train-split W trusts enough",
+    )
+    w_cascade_threshold: float = Field(
+        0.5, ge=0, le=1,
+        description="W-cascade: predicted success a worker needs to answer; none reaches it -> best single",
+    )
+    vote_arms: bool = Field(
+        True, description="Run broadcast-and-vote arms: every worker (and the best k) answers, the majority answer wins"
+    )
+    vote_top_k: list[int] = Field(
+        [3, 5], description="Also vote over the best k workers of the train split, for each k (2 <= k < pool size)"
     )
     world_model: WorldModelFitConfig = Field(
         default_factory=WorldModelFitConfig,
@@ -117,7 +137,14 @@ def _conductor_resources(
     return chosen + [conductor.with_checkpoint(path) for path in paths]
 
 
-@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"duckdb", "lightgbm"})
+@dg.asset(
+    group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
+    # Lineage only: the checkpoint is read from the event log and the routing W is fitted here.
+    deps=[pass_rates, dg.AssetKey(CHECKPOINT_ASSET), dg.AssetKey(WORLD_MODEL_ASSET)],
+    kinds={"duckdb", "lightgbm"},
+)
 def eval_arms(
     context: dg.AssetExecutionContext,
     config: EvalArmsConfig,
@@ -125,7 +152,8 @@ def eval_arms(
     pool: PoolResource,
     conductor: ConductorPolicyResource,
 ) -> dg.Output[EvalRunSummary]:
-    """Every worker solo, best-single / random / oracle routers and each conductor on the eval slice."""
+    """Every worker solo, best-single / random / oracle / W routers, the W-cascade, broadcast-and-vote
+    and each conductor on the eval slice."""
     pool_config = pool.load()
     store = warehouse.get_warehouse()
     # Conductor seats (recursion) are answered by the orchestrator's conductor policy, not a Worker.
@@ -157,7 +185,7 @@ def eval_arms(
     conductors = _conductor_resources(config, conductor, str(trained) if trained else None)
     train_split_w: WorldModel | None = None
     w_metadata: dict[str, object] = {}
-    if config.world_model_router or any(c.show_predicted_success for c in conductors):
+    if config.world_model_router or config.w_cascade or any(c.show_predicted_success for c in conductors):
         train_split_w = fit_train_split_world_model(store, seats, config.world_model.model_settings())
         w_ids = sorted(train_split_w.training_question_ids)
         on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
@@ -176,6 +204,8 @@ def eval_arms(
         seats, calibration, random_seed=config.random_seed,
         world_model=train_split_w if config.world_model_router else None, lambda_cost=config.w_router_lambda_cost,
         conductors=[c.build_arm(predictor) for c in conductors],
+        cascade_model=train_split_w if config.w_cascade else None, cascade_threshold=config.w_cascade_threshold,
+        vote_top_k=config.vote_top_k if config.vote_arms else None,
     )
     arm_names = lineup.names
     run_id = eval_run_id(
@@ -196,6 +226,7 @@ def eval_arms(
             include_question=config.include_question, max_depth=config.max_depth, log=context.log.info,
         )
     )
+    recorded = {name: w for name, w in workers.items() if isinstance(w, RecordedWorker)}
     summary = EvalRunSummary(
         run_id=run_id, corpus=config.corpus, slice_ids=chosen.question_ids, planned_size=config.slice_size,
         split_fingerprint=chosen.split_fingerprint, repeats=config.repeats, arms=tuple(arm_names),
@@ -207,6 +238,11 @@ def eval_arms(
             "w_router_lambda_cost": config.w_router_lambda_cost,
             "world_model_training_question_ids": tuple(sorted(train_split_w.training_question_ids))
             if train_split_w is not None else (),
+            "math_levels": tuple(config.math_levels),
+            "replayed": len(recorded) == len(workers),
+            "single_recording_workers": tuple(sorted(n for n, w in recorded.items() if w.samples_recorded == 1)),
+            "routing_predictions": RoutingPredictions.from_model(train_split_w, seats, questions, calibration.worker)
+            if train_split_w is not None else None,
         },
     )
     return dg.Output(
@@ -260,74 +296,124 @@ def eval_slice_has_no_leak(
     )
 
 
+class EvalTablesConfig(dg.Config):
+    """How the paired intervals are formed."""
+
+    n_bootstrap: int = Field(
+        DEFAULT_BOOTSTRAP_RESAMPLES, ge=100, description="Question resamples of every paired bootstrap interval"
+    )
+    confidence: float = Field(DEFAULT_CONFIDENCE, gt=0, lt=1, description="Coverage of every interval")
+    seed: int = Field(0, description="Seed of the question resamples (one seed pairs every interval)")
+
+    def paired_settings(self) -> PairedSettings:
+        return PairedSettings(confidence=self.confidence, n_resamples=self.n_bootstrap, seed=self.seed)
+
+
 def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
-    """The W-router beside best single and oracle, and the share of the oracle headroom it recovers."""
+    """The W-router's accuracy and the share of the oracle headroom it recovers, as numbers."""
     if routing is None:
-        return {"routing_value": dg.MetadataValue.md("no W-router arm in this run")}
-    metadata = {
-        "routing_value": dg.MetadataValue.md(markdown_table(routing_value_table(routing))),
-        "w_router_accuracy": dg.MetadataValue.float(routing["accuracy"]),
-    }
+        return {}
+    metadata = {"w_router_accuracy": dg.MetadataValue.float(round(routing["accuracy"], 4))}
     if routing["headroom_recovered"] is not None:  # no headroom (oracle = best single): no share to report
-        metadata["w_router_headroom_recovered"] = dg.MetadataValue.float(routing["headroom_recovered"])
+        metadata["w_router_headroom_recovered"] = dg.MetadataValue.float(round(routing["headroom_recovered"], 4))
     return metadata
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb"})
+def world_model_routing(instance: dg.DagsterInstance, pool: str) -> tuple[float | None, str | None]:
+    """The latest `world_model_report`'s cross-validated routing figure for `pool`: its
+    `headroom_recovered[<pool>]` value and its verdict line for the pool (which carries the interval)."""
+    metadata = latest_metadata(instance, WORLD_MODEL_REPORT_ASSET) or {}
+    entry = metadata.get(f"headroom_recovered[{pool}]")
+    verdict = metadata.get("verdict")
+    line = None
+    if verdict is not None:
+        lines = str(verdict.value).splitlines()
+        line = next((ln.lstrip("- ").strip() for ln in lines if f"routing on {pool} " in ln), None)
+    return (None if entry is None else float(entry.value)), line
+
+
+def probe_ceilings(instance: dg.DagsterInstance, pool: str) -> dict[str, object] | None:
+    """The latest `oracle_ceilings` figures (questions, best single, oracle) when they are this pool's."""
+    metadata = latest_metadata(instance, CEILINGS_ASSET) or {}
+    if "pool" not in metadata or metadata["pool"].value != pool:
+        return None
+    return {key: metadata[key].value for key in ("n_questions", "best_single", "oracle") if key in metadata}
+
+
+def conductor_check_result(verdicts: dict[str, str]) -> dg.AssetCheckResult:
+    """Passes when a conductor arm beats the best single worker by the paired interval; a warning."""
+    phrase = {"beats": "beats", "ties": "ties with", "loses": "loses to"}
+    if not verdicts:
+        description = "no conductor arm was evaluated"
+    else:
+        description = "; ".join(f"{arm} {phrase.get(v, v)} the best single worker" for arm, v in verdicts.items())
+    return dg.AssetCheckResult(
+        check_name=CONDUCTOR_CHECK,
+        passed=any(verdict == "beats" for verdict in verdicts.values()),
+        severity=dg.AssetCheckSeverity.WARN,
+        description=description,
+        metadata={"verdicts": dg.MetadataValue.json(verdicts)},
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
+    kinds={"duckdb"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            CONDUCTOR_CHECK, asset="eval_tables",
+            description="A conductor arm beats the best single worker (paired interval above 0); warns, never blocks",
+        )
+    ],
+)
 def eval_tables(
-    context: dg.AssetExecutionContext, eval_arms: EvalRunSummary, warehouse: WarehouseResource
+    context: dg.AssetExecutionContext, config: EvalTablesConfig, eval_arms: EvalRunSummary, warehouse: WarehouseResource
 ) -> dg.MaterializeResult:
-    """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), usage, parse codes,
-    the running gap and the decomposition of each conductor's gap to the best single worker."""
+    """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), every arm paired against
+    the best single worker, the conductor's verdict, the cost story, the routing summary, usage,
+    parse codes, the running gap and the decomposition of each conductor's gap."""
     store = warehouse.get_warehouse()
     workflows = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})
     if workflows.is_empty():
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")
-    tokens = store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id})
-    order = list(eval_arms.slice_ids)
-    table = arm_table(
+    pool = str(eval_arms.extra.get("pool", ""))
+    report_headroom, report_verdict = world_model_routing(context.instance, pool)
+    results = build_eval_tables(
+        eval_arms,
         workflows,
-        planned_size=eval_arms.planned_size,
-        call_tokens=tokens,
-        slice_order=order,
-        available=len(eval_arms.slice_ids),
-    )
-    gap = running_gap(workflows, slice_order=order)
-    common = common_questions(workflows)
-    routing = routing_value(table, WorldModelRouter.name)
-    decompositions = conductor_decompositions(
-        workflows, common, context={WorldModelRouter.name: routing["accuracy"]} if routing else None
+        store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id}),
+        settings=config.paired_settings(),
+        others=OtherFigures(report_headroom, report_verdict, probe_ceilings(context.instance, pool)),
+        inline_chars=UI_INLINE_MARKDOWN_CHARS,
     )
 
     out_dir = warehouse.artifact_dir("eval_tables")
-    table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
-    gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
-    accuracy_png = accuracy_cost_plot(table)
-    gap_png = running_gap_plot(gap)
-    (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(accuracy_png)
-    (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(gap_png)
-    context.log.info(f"eval tables for {eval_arms.run_id}: {table.height} arms on {len(common)} common questions")
+    results.table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
+    results.gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
+    comparisons_frame(results.comparisons).write_parquet(out_dir / f"{eval_arms.run_id}_paired.parquet")
+    if results.sweep.height:
+        results.sweep.write_parquet(out_dir / f"{eval_arms.run_id}_cost_sweep.parquet")
+    (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(results.accuracy_png)
+    (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(results.gap_png)
+    context.log.info(
+        f"eval tables for {eval_arms.run_id}: {results.table.height} arms on {results.n_common} common questions"
+    )
     return dg.MaterializeResult(
         metadata={
             "run_id": eval_arms.run_id,
-            "n_scored": len(common),
+            "n_scored": results.n_common,
             "planned_slice_size": eval_arms.planned_size,
-            "n_label": table["n_label"][0] if table.height else "n=0",
+            "n_label": results.table["n_label"][0] if results.table.height else "n=0",
             "split_fingerprint": eval_arms.split_fingerprint,
-            "arm_table": dg.MetadataValue.md(arm_table_markdown(table)),
-            "worker_usage": dg.MetadataValue.md(markdown_table(worker_usage(workflows))),
-            "parse_codes": dg.MetadataValue.md(markdown_table(parse_code_histogram(workflows))),
-            "running_gap": dg.MetadataValue.md(
-                markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions"
-            ),
-            "decomposition": dg.MetadataValue.md(
-                decomposition_markdown(decompositions) if decompositions else "no conductor arm"
-            ),
-            **_routing_metadata(routing),
-            "accuracy_vs_cost_plot": png_markdown(accuracy_png, "accuracy vs cost per arm"),
-            "running_gap_plot": png_markdown(gap_png, "running gap to the best single worker"),
+            **{key: dg.MetadataValue.md(text) for key, text in results.markdown.items()},
+            **_routing_metadata(results.routing),
+            "accuracy_vs_cost_plot": png_markdown(results.accuracy_png, "accuracy vs cost per arm"),
+            "running_gap_plot": png_markdown(results.gap_png, "running gap to the best single worker"),
             "tables_dir": dg.MetadataValue.path(str(out_dir)),
-        }
+        },
+        check_results=[conductor_check_result(results.conductor_verdicts)],
     )
 
 

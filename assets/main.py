@@ -16,6 +16,7 @@ import time
 import dagster as dg
 
 from assets.definitions import MAIN_JOBS, definitions_for
+from assets.deployment import run_tags
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
 from resources.pool import default_pool_name
@@ -32,7 +33,8 @@ HEADLINES: list[tuple[str, list[str]]] = [
     ("grpo_probe_run", ["summary"]),
     ("conductor_checkpoint", ["checkpoint", "global_step"]),
     ("world_model_report", ["verdict"]),
-    ("eval_tables", ["arm_table", "decomposition"]),
+    ("eval_tables",
+     ["conductor_vs_best_single", "verdicts", "arm_table", "cost_story", "routing_value", "decomposition"]),
 ]
 
 
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     defs = definitions_for(args.pool)
     instance = dg.DagsterInstance.get()
     all_partitions = all_probe_partitions_tags(defs.get_assets_def(PROBE_CALLS).partitions_def)
+    tags = run_tags(args.pool)  # pool, commit, profile: two runs of `make run` stay apart in the UI
     failed: list[str] = []
     gated: list[str] = []
     for job in MAIN_JOBS:
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             instance=instance,
             # INFO, not DEBUG: progress lines and failures, without every engine event
             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-            tags=all_partitions if job.name == "probe_job" else None,
+            tags={**tags, **(all_partitions if job.name == "probe_job" else {})},
             raise_on_error=False,
         )
         checks = [

@@ -71,7 +71,13 @@ class PoolSearchConfig(dg.Config):
         return PoolSearchSettings(**{name: getattr(self, name) for name in shared})
 
 
-@dg.asset(group_name=GROUP, deps=["questions"], kinds={"duckdb", "parquet"})
+@dg.asset(
+    group_name=GROUP,
+    deps=["questions"],
+    kinds={"duckdb", "parquet"},
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
+)
 def pool_search(
     context: dg.AssetExecutionContext, config: PoolSearchConfig, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:

@@ -75,6 +75,8 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
     @dg.asset(
         name=PROBE_CALLS,
         group_name=GROUP,
+        owners=[f"team:{GROUP}"],
+        tags={"stage": GROUP, "compute": "cpu"},
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         deps=["questions"],
@@ -143,6 +145,8 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
 
 @dg.asset(
     group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
     deps=[PROBE_CALLS],
     kinds={"duckdb", "parquet"},
     automation_condition=dg.AutomationCondition.eager(),
@@ -184,6 +188,8 @@ def pass_rates(
 
 @dg.asset(
     group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
     deps=[pass_rates],
     kinds={"duckdb"},
     automation_condition=dg.AutomationCondition.eager(),

@@ -178,7 +178,10 @@ class ContestedConfig(dg.Config):
     )
 
 
-@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"parquet"})
+@dg.asset(
+    group_name=GROUP, deps=[pass_rates], kinds={"parquet"},
+    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+)
 def contested_set(
     context: dg.AssetExecutionContext, config: ContestedConfig, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
@@ -240,7 +243,10 @@ def contested_set_size(warehouse: WarehouseResource, pool: PoolResource) -> dg.A
 # ---------------------------------------------------------------------------- warm start
 
 
-@dg.asset(group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"})
+@dg.asset(
+    group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"},
+    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+)
 def warm_start_policy(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
@@ -301,7 +307,10 @@ def warm_start_policy(
 # ---------------------------------------------------------------------------- probe and gate
 
 
-@dg.asset(group_name=GROUP, deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"})
+@dg.asset(
+    group_name=GROUP, deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
+    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+)
 def grpo_probe_run(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
@@ -383,7 +392,10 @@ def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, p
 # ---------------------------------------------------------------------------- training
 
 
-@dg.asset(group_name=GROUP, deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"})
+@dg.asset(
+    group_name=GROUP, deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
+    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+)
 def conductor_checkpoint(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:

@@ -83,7 +83,10 @@ def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -
     return warehouse.artifact_dir("world_model") / f"{pool_name}{TRAIN_SPLIT_W_SUFFIX}"
 
 
-@dg.asset(group_name=GROUP, deps=[pass_rates], kinds={"lightgbm", "duckdb"})
+@dg.asset(
+    group_name=GROUP, deps=[pass_rates], kinds={"lightgbm", "duckdb"},
+    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+)
 def world_model(
     context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
@@ -113,6 +116,8 @@ def world_model(
 
 @dg.asset(
     group_name=GROUP,
+    owners=[f"team:{GROUP}"],
+    tags={"stage": GROUP, "compute": "cpu"},
     deps=[world_model],
     kinds={"lightgbm"},
     check_specs=[

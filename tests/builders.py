@@ -264,3 +264,38 @@ def stop_reader(reader: subprocess.Popen[str]) -> int:
     out, err = reader.communicate(input="", timeout=60)
     assert reader.returncode == 0, err
     return int(out.split()[-1])
+
+
+# --- evaluation workflows with known outcomes
+
+
+def eval_workflow_rows(
+    arm: str,
+    verdicts: list[bool | None],
+    *,
+    costs: list[float] | float = 0.0,
+    workers: list[list[str]] | None = None,
+    parse_codes: list[str] | None = None,
+    repeat: int = 0,
+) -> list[dict]:
+    """Rows shaped like `sql/eval_workflows.sql` for one arm and repeat: question i (q000, q001, ...)
+    gets verdicts[i] (None: an infrastructure failure), costs[i] and workers[i]."""
+    n = len(verdicts)
+    costs = costs if isinstance(costs, list) else [costs] * n
+    default_worker = arm.split(":", 1)[1] if arm.startswith("solo:") else "w"
+    return [
+        {
+            "workflow_id": f"{arm}-{repeat}-{i}", "run_id": "eval-test", "question_id": f"q{i:03d}", "conductor": arm,
+            "parse_code": parse_codes[i] if parse_codes else "ok",
+            "n_steps": len(workers[i]) if workers else 1, "workers": workers[i] if workers else [default_worker],
+            "final_answer": None, "correct": verdicts[i], "cost_usd": costs[i], "latency_s": None, "arm": arm,
+            "repeat": repeat, "infra_failure": verdicts[i] is None,
+        }
+        for i in range(n)
+    ]
+
+
+def eval_workflows_frame(*row_lists: list[dict]) -> pl.DataFrame:
+    schema = {"workers": pl.List(pl.String), "final_answer": pl.String, "latency_s": pl.Float64,
+              "correct": pl.Boolean, "cost_usd": pl.Float64}
+    return pl.DataFrame([row for rows in row_lists for row in rows], schema_overrides=schema)

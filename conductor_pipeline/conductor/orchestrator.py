@@ -228,8 +228,13 @@ class Orchestrator:
         raw_text: str | None = None,
         workflow_id: str | None = None,
         extra_latency_s: float | None = None,
+        final_step: Callable[[Sequence[StepOutcome]], int] | None = None,
     ) -> WorkflowRecord:
-        """Execute an already parsed workflow (steps name real workers) and record it."""
+        """Execute an already parsed workflow (steps name real workers) and record it.
+
+        `final_step` picks the step whose answer is the workflow's (default: the last); a
+        broadcast-and-vote baseline passes its majority vote. It runs in a thread (it may grade).
+        """
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
         state = await self._execute_steps(
             question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id=run_id,
@@ -238,7 +243,7 @@ class Orchestrator:
         if state.infra_failure:
             final_answer, correct = None, None
         else:
-            final_answer, correct = await _grade_final(state, question.answer)
+            final_answer, correct = await _grade_final(state, question.answer, final_step)
         record = WorkflowRecord(
             workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
             conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
@@ -522,9 +527,14 @@ def _sample_for(worker: Worker, repeat: int) -> int:
     return repeat
 
 
-async def _grade_final(state: _Execution, gold: str) -> tuple[str | None, bool]:
-    """(extracted answer, correct) of the last step: the workflow's answer."""
-    last = state.outcomes[-1] if state.outcomes else None
+async def _grade_final(
+    state: _Execution, gold: str, final_step: Callable[[Sequence[StepOutcome]], int] | None = None
+) -> tuple[str | None, bool]:
+    """(extracted answer, correct) of the final step (the last, unless `final_step` picks one)."""
+    if final_step is not None and state.outcomes:
+        last = state.outcomes[await asyncio.to_thread(final_step, tuple(state.outcomes))]
+    else:
+        last = state.outcomes[-1] if state.outcomes else None
     graded = last.graded if last is not None and last.graded is not None else None
     if graded is None:  # not graded yet (nothing recorded, e.g. a GRPO rollout)
         graded = await asyncio.to_thread(grade, last.response if last is not None else None, gold)

@@ -1,8 +1,10 @@
 """Evaluation: the conductor against every worker alone, on a fixed eval slice, and why it differs.
 
 `slices` cuts the eval slice and checks it against training questions; `routers` are the baseline
-arms (best single, random, oracle, W-router); `arms` runs any arm through the orchestrator;
-`lineup` builds one run's arms once (their names key the run) and runs them; `tables` turns the
-recorded workflows into accuracy with intervals, cost, usage and the gap decomposition. Feeds
-`eval_arms` and `eval_tables`.
+routers (best single, random, oracle, W-router, W-cascade); `vote` is the broadcast-and-vote
+majority; `arms` runs any arm through the orchestrator; `lineup` builds one run's arms once (their
+names key the run) and runs them; `tables` turns the recorded workflows into accuracy with
+intervals, cost, usage and the gap decomposition; `comparisons` pairs every arm with the best
+single worker; `costs` sweeps the routers' cost knobs and finds the frontier; `report` writes the
+markdown. Feeds `eval_arms` and `eval_tables`.
 """

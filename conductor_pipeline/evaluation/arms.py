@@ -1,7 +1,8 @@
-"""Eval arms (each worker solo, routers, conductors) run through the orchestrator.
+"""Eval arms (each worker solo, routers, broadcast-and-vote, conductors) run through the orchestrator.
 
 An arm's name is what its class says it is (`SoloArm.PREFIX` + worker, a router's `name`,
-`ConductorArm.PREFIX` + label): the warehouse rows, the run id and the tables all use it.
+`VoteArm.PREFIX` + label, `ConductorArm.PREFIX` + label): the warehouse rows, the run id and the
+tables all use it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_wor
 from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError
 from conductor_pipeline.conductor.prompt import build_conductor_prompt
 from conductor_pipeline.evaluation.routers import OracleRouter
+from conductor_pipeline.evaluation.vote import majority_step
 from conductor_pipeline.records import Question, WorkflowRecord, stable_id
-from conductor_pipeline.workflow import Workflow
+from conductor_pipeline.workflow import Step, Workflow
 
 # Workflows in flight at once per evaluation; the governor bounds the calls, this bounds memory.
 DEFAULT_MAX_CONCURRENT_WORKFLOWS = 64
@@ -93,6 +95,35 @@ class OracleArm:
 
     async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
         raise RuntimeError("the oracle arm routes on the solo arms' verdicts: run `with_solo_verdicts(...)` instead")
+
+
+@dataclass(frozen=True)
+class VoteArm:
+    """Broadcast and vote: every listed worker answers the question alone, and the majority of their
+    extracted answers is the arm's answer (`vote.majority_step`; ties to the best-ranked worker).
+
+    `workers` are in rank order, best first on the train split. Each answer is a recorded step
+    call, so the arm's cost and tokens are the sums of the calls it made.
+    """
+
+    label: str
+    workers: tuple[str, ...]
+    PREFIX: ClassVar[str] = "vote:"
+
+    def __post_init__(self) -> None:
+        if len(self.workers) < 2:
+            raise ValueError(f"a vote needs at least two workers, got {list(self.workers)}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.PREFIX}{self.label}"
+
+    async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
+        broadcast = Workflow(steps=tuple(Step(worker=w, subtask=question.problem, sees=()) for w in self.workers))
+        return await orchestrator.execute(
+            question, broadcast, run_id=run_id, conductor_name=self.name, arm=self.name, repeat=repeat,
+            final_step=majority_step,
+        )
 
 
 @dataclass(frozen=True)

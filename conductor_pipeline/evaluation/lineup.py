@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.evaluation.arms import Arm, ConductorArm, OracleArm, RouterArm, SoloArm, run_arm
+from conductor_pipeline.evaluation.arms import Arm, ConductorArm, OracleArm, RouterArm, SoloArm, VoteArm, run_arm
 from conductor_pipeline.evaluation.routers import (
     BestSingleChoice,
     BestSingleRouter,
     RandomRouter,
     SuccessAndCostModel,
+    WCascadeRouter,
     WorldModelRouter,
     solo_verdicts,
 )
@@ -36,7 +37,7 @@ class ArmLineup:
     """Every arm of a run, grouped by when it runs; `arms` and `names` keep the run-id order."""
 
     solo: tuple[SoloArm, ...]
-    # After the solo arms (the oracle routes on their verdicts), concurrently.
+    # After the solo arms (the oracle routes on their verdicts), concurrently: routers and votes.
     routers: tuple[Arm, ...]
     # Last and one at a time: a local policy holds the machine while it generates.
     conductors: tuple[ConductorArm, ...] = ()
@@ -58,9 +59,14 @@ def eval_lineup(
     world_model: SuccessAndCostModel | None = None,
     lambda_cost: float = 0.0,
     conductors: Sequence[ConductorArm] = (),
+    cascade_model: SuccessAndCostModel | None = None,
+    cascade_threshold: float = 0.5,
+    vote_top_k: Sequence[int] | None = None,
 ) -> ArmLineup:
     """Each seated worker solo; best single, random and oracle routers; the W-router when a
-    (train-split) world model is given; then the conductors."""
+    (train-split) world model is given and the W-cascade when `cascade_model` is; with
+    `vote_top_k`, broadcast-and-vote over every worker and over the best k (train split) for each
+    k between 2 and the pool size; then the conductors."""
     workers = tuple(seat.name for seat in seats)
     routers: list[Arm] = [
         RouterArm(BestSingleRouter(calibration)),
@@ -69,7 +75,28 @@ def eval_lineup(
     ]
     if world_model is not None:
         routers.append(RouterArm(WorldModelRouter(world_model, tuple(seats), lambda_cost=lambda_cost)))
+    if cascade_model is not None:
+        cascade = WCascadeRouter(cascade_model, tuple(seats), fallback=calibration.worker, threshold=cascade_threshold)
+        routers.append(RouterArm(cascade))
+    if vote_top_k is not None:
+        routers.extend(vote_arms(ranked_workers(calibration, workers), vote_top_k))
     return ArmLineup(tuple(SoloArm(worker) for worker in workers), tuple(routers), tuple(conductors))
+
+
+def ranked_workers(calibration: BestSingleChoice, workers: Sequence[str]) -> list[str]:
+    """`workers` best first by train-split accuracy (ties: name); workers it did not rate come last."""
+    rated = [w for w in calibration.accuracies if w in workers]
+    return rated + [w for w in workers if w not in rated]
+
+
+def vote_arms(ranked: Sequence[str], top_k: Sequence[int]) -> list[VoteArm]:
+    """A vote over every worker, and over the best k for each k that is neither one worker (that
+    is the best single worker) nor every worker (that is the first vote)."""
+    if len(ranked) < 2:
+        return []
+    arms = [VoteArm("all", tuple(ranked))]
+    arms += [VoteArm(f"top{k}", tuple(ranked[:k])) for k in sorted(set(top_k)) if 2 <= k < len(ranked)]
+    return arms
 
 
 def eval_run_id(

@@ -1,11 +1,12 @@
-"""Routers: best single worker, a random worker, the oracle, and the world-model (W) router.
+"""Routers: best single worker, a random worker, the oracle, the world-model (W) router and cascade.
 
 Each picks one worker per question and yields a one-step workflow (the question as the
 subtask), so routers flow through the orchestrator and the same warehouse tables as every
 conductor. Why these: the best single worker is the bar a conductor must clear to be worth
 anything; the random router shows what routing without information gives; the oracle (correct
 when any worker solves the question solo) is the ceiling no router can pass; the W-router shows
-what the world model's per-question predictions are worth as routing, with no conductor at all.
+what the world model's per-question predictions are worth as routing, with no conductor at all;
+the W-cascade spends them on cost: the cheapest worker W trusts enough answers.
 Each router class names its arm (`name`), so the eval run and its tables find it by that name.
 
 The best single worker is chosen on the calibration (train) split only: choosing it on the
@@ -169,17 +170,78 @@ class WorldModelRouter:
 
     def scores(self, questions: Sequence[Question]) -> np.ndarray:
         """The routing score, shape (len(questions), len(seats)), in one batch."""
-        score = np.asarray(self.model.predict_success(list(questions), list(self.seats)), dtype=float)
-        if self.lambda_cost > 0:
-            cost = np.nan_to_num(np.asarray(self.model.predict_cost(list(questions), list(self.seats)), dtype=float))
-            score = score - self.lambda_cost * cost
-        return score
+        success = np.asarray(self.model.predict_success(list(questions), list(self.seats)), dtype=float)
+        if self.lambda_cost <= 0:
+            return success
+        cost = np.asarray(self.model.predict_cost(list(questions), list(self.seats)), dtype=float)
+        return w_router_scores(success, cost, self.lambda_cost)
 
     def choose(self, questions: Sequence[Question]) -> list[str]:
         """The chosen seat name per question."""
         if not questions:
             return []
         return [self.seats[i].name for i in self.scores(questions).argmax(axis=1)]
+
+    def route(self, question: Question, repeat: int = 0) -> Workflow:
+        (chosen,) = self.choose([question])
+        return one_step_workflow(chosen, question)
+
+
+def w_router_scores(success: np.ndarray, cost: np.ndarray, lambda_cost: float) -> np.ndarray:
+    """P(success) - lambda x predicted cost per (question, seat); an unknown cost (NaN) is charged 0."""
+    return np.asarray(success, dtype=float) - lambda_cost * np.nan_to_num(np.asarray(cost, dtype=float))
+
+
+def list_price_per_mtok(seat: WorkerSeat) -> float:
+    """Input plus output list price (USD per million tokens): the order of the cascade's ladder."""
+    return seat.price_input_per_mtok + seat.price_output_per_mtok
+
+
+def cascade_choice(success: np.ndarray, ladder: Sequence[int], fallback: int, threshold: float) -> np.ndarray:
+    """Per question (row of `success`), the first seat of `ladder` (seat indices, cheapest first)
+    whose predicted success reaches `threshold`; `fallback` where none does."""
+    rungs = np.asarray(success, dtype=float)[:, list(ladder)] >= threshold
+    first = rungs.argmax(axis=1)
+    return np.where(rungs.any(axis=1), np.asarray(ladder)[first], fallback)
+
+
+@dataclass(frozen=True)
+class WCascadeRouter:
+    """The cheapest worker W trusts: climb the seats from the lowest list price and stop at the
+    first whose predicted success (a train-split W) reaches `threshold`; when none does, the best
+    single worker (chosen on the train split) answers.
+
+    W predicts before any call, so a rung it rates below the threshold is passed over without a
+    call: the cost is the one call made. The threshold is in the arm's name, which keys the run.
+    """
+
+    model: SuccessAndCostModel = field(repr=False)
+    seats: tuple[WorkerSeat, ...]
+    fallback: str
+    threshold: float = 0.5
+    family: ClassVar[str] = "w_cascade"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"the cascade threshold is a probability, got {self.threshold}")
+        if self.fallback not in {seat.name for seat in self.seats}:
+            raise ValueError(f"cascade fallback {self.fallback!r} is not one of the seats")
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}@{self.threshold:g}"
+
+    @property
+    def ladder(self) -> list[int]:
+        """Seat indices from the cheapest list price up (ties: seat order)."""
+        return sorted(range(len(self.seats)), key=lambda i: (list_price_per_mtok(self.seats[i]), i))
+
+    def choose(self, questions: Sequence[Question]) -> list[str]:
+        if not questions:
+            return []
+        success = np.asarray(self.model.predict_success(list(questions), list(self.seats)), dtype=float)
+        fallback = next(i for i, seat in enumerate(self.seats) if seat.name == self.fallback)
+        return [self.seats[i].name for i in cascade_choice(success, self.ladder, fallback, self.threshold)]
 
     def route(self, question: Question, repeat: int = 0) -> Workflow:
         (chosen,) = self.choose([question])

@@ -1,12 +1,12 @@
-"""The tables an evaluation run gives: accuracy with intervals, cost, usage, gap, decomposition."""
+"""The frames an evaluation run gives: accuracy with intervals, cost, usage, gap, decomposition
+(`report` turns them into the markdown the UI shows)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import polars as pl
-from tabulate import tabulate
 
 from conductor_pipeline.evaluation.arms import ConductorArm, SoloArm
 from conductor_pipeline.evaluation.routers import BestSingleRouter, OracleRouter
@@ -15,14 +15,11 @@ from conductor_pipeline.warehouse import sql_row_over_frames
 
 GAP_FIRST_N = 50  # below 50 questions a gap is mostly noise: the running gap starts here
 GAP_EVERY_N = 25
+# The SE cell of an arm whose repeats are one sample: every repeat replayed the same recording, or
+# (live) every repeat gave the same workflow and verdict.
+ONE_RECORDING = "n/a (one recording)"
+IDENTICAL_REPEATS = "n/a (identical repeats)"
 Z_95 = 1.959963984540054
-# Column headers a reader sees in the arm table (units in the header, not in a code name).
-ARM_TABLE_HEADERS = {
-    "arm": "arm", "n_label": "n", "repeats": "repeats", "accuracy": "accuracy", "se": "SE",
-    "ci_low": "95% CI low", "ci_high": "95% CI high", "cost_per_question": "cost / question (USD)",
-    "latency_per_question_s": "latency / question (s)", "tokens_per_question": "tokens / question",
-    "mean_steps": "steps / workflow", "parse_ok_share": "parsed share",
-}
 
 
 # ---------------------------------------------------------------------- tables
@@ -64,6 +61,35 @@ def n_label(n: int, attempted: int, planned: int, available: int | None = None) 
     return label
 
 
+def arm_kind(arm: str) -> str:
+    """`worker` (a solo arm), `conductor`, or `baseline` (routers, votes, cascades): the table's groups."""
+    if arm.startswith(SoloArm.PREFIX):
+        return "worker"
+    if arm.startswith(ConductorArm.PREFIX):
+        return "conductor"
+    return "baseline"
+
+
+def ordered_arms(accuracy: Mapping[str, float], arm_order: Sequence[str] | None = None) -> list[str]:
+    """Workers (most accurate first), then baselines, then conductors; within those two groups the
+    lineup's order (`arm_order`), else by name."""
+    position = {arm: i for i, arm in enumerate(arm_order or ())}
+
+    def key(arm: str) -> tuple:
+        kind = ("worker", "baseline", "conductor").index(arm_kind(arm))
+        within = -accuracy[arm] if kind == 0 else position.get(arm, len(position))
+        return kind, within, arm
+
+    return sorted(accuracy, key=key)
+
+
+def _identical_repeats(frame: pl.DataFrame) -> bool:
+    """Whether every question got the same workflow and verdict in every repeat of one arm."""
+    outcome = pl.struct(pl.col("workers"), pl.col("final_answer"), pl.col("correct"), pl.col("parse_code"))
+    per_question = frame.group_by("question_id").agg(outcome.n_unique().alias("outcomes"))
+    return bool(per_question["outcomes"].max() == 1)
+
+
 def arm_table(
     workflows: pl.DataFrame,
     *,
@@ -71,12 +97,18 @@ def arm_table(
     call_tokens: pl.DataFrame | None = None,
     slice_order: Sequence[str] | None = None,
     available: int | None = None,
+    arm_order: Sequence[str] | None = None,
+    single_recording_workers: Collection[str] = (),
 ) -> pl.DataFrame:
     """One row per arm on the common questions: accuracy (mean over repeats, SE, 95% interval),
     cost, latency, tokens and steps per question, and how many questions were run and scored.
 
-    `workflows` has the `workflows` table's columns; `call_tokens` (workflow_id, tokens) sums the
-    tokens of every call of a workflow, conductor included.
+    `workflows` has the `workflows` table's columns; `call_tokens` (workflow_id, tokens and
+    optionally tokens_estimated) sums the tokens of every call of a workflow, conductor included.
+    Repeats that all gave the same workflow and verdict are one sample, not r: their SE is shown as
+    not applicable (`se_note`) and the interval is Wilson's over questions. The note says "one
+    recording" when every worker the arm used is in `single_recording_workers` (replay seats that
+    hold one recording per question), "identical repeats" otherwise. Rows come in `ordered_arms` order.
     """
     common = _ordered_common(workflows, slice_order)
     attempted = workflows["question_id"].n_unique()
@@ -85,8 +117,11 @@ def arm_table(
         scored = scored.join(call_tokens, on="workflow_id", how="left")
     else:
         scored = scored.with_columns(pl.lit(None, dtype=pl.Float64).alias("tokens"))
+    if "tokens_estimated" not in scored.columns:
+        scored = scored.with_columns(pl.lit(None, dtype=pl.Boolean).alias("tokens_estimated"))
+    single_recording = frozenset(single_recording_workers)
     rows = []
-    for arm in sorted(scored["arm"].unique().to_list()):
+    for arm in scored["arm"].unique().to_list():
         frame = scored.filter(pl.col("arm") == arm)
         per_repeat = (
             frame.group_by("repeat").agg(pl.col("correct").cast(pl.Float64).mean().alias("accuracy")).sort("repeat")
@@ -95,24 +130,34 @@ def arm_table(
         repeats = len(accuracies)
         mean = sum(accuracies) / repeats if repeats else float("nan")
         n = len(common)
-        if repeats > 1:
+        se_note = None
+        if repeats > 1 and not _identical_repeats(frame):
             sd = math.sqrt(sum((a - mean) ** 2 for a in accuracies) / (repeats - 1))
             se = sd / math.sqrt(repeats)
             low, high = max(0.0, mean - Z_95 * se), min(1.0, mean + Z_95 * se)
             method = "mean +- 1.96 SE over repeats"
+        elif repeats > 1:
+            used = set(frame["workers"].explode().drop_nulls().to_list())
+            se_note = ONE_RECORDING if used and used <= single_recording else IDENTICAL_REPEATS
+            se = None
+            low, high = (float(v) for v in wilson_interval(round(mean * n), n))
+            method = f"Wilson over questions ({se_note})"
         else:
             se = math.sqrt(mean * (1 - mean) / n) if n else float("nan")
             low, high = (float(v) for v in wilson_interval(round(mean * n), n)) if n else (math.nan, math.nan)
             method = "Wilson (one repeat)"
         parsed = frame.filter(pl.col("parse_code") == "ok")
+        estimated = frame["tokens_estimated"].drop_nulls()
         rows.append(
             {
                 "arm": arm,
+                "kind": arm_kind(arm),
                 "n": n,
                 "n_label": n_label(n, attempted, planned_size, available),
                 "repeats": repeats,
                 "accuracy": mean,
                 "se": se,
+                "se_note": se_note,
                 "ci_low": low,
                 "ci_high": high,
                 "interval": method,
@@ -120,11 +165,17 @@ def arm_table(
                 # Unknown latency (replay records none) stays unknown rather than reading as 0 s.
                 "latency_per_question_s": frame["latency_s"].mean(),
                 "tokens_per_question": frame["tokens"].mean(),
+                # Whether any call's token counts (and so its cost) were estimated, not reported.
+                "tokens_estimated": bool(estimated.any()) if len(estimated) else None,
                 "mean_steps": parsed["n_steps"].mean() if parsed.height else None,
                 "parse_ok_share": parsed.height / frame.height if frame.height else None,
             }
         )
-    return pl.DataFrame(rows, infer_schema_length=None)
+    order = ordered_arms({row["arm"]: row["accuracy"] for row in rows}, arm_order)
+    rows.sort(key=lambda row: order.index(row["arm"]))
+    schema = {"se": pl.Float64, "se_note": pl.String, "tokens_estimated": pl.Boolean, "mean_steps": pl.Float64,
+              "latency_per_question_s": pl.Float64, "tokens_per_question": pl.Float64, "parse_ok_share": pl.Float64}
+    return pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None)
 
 
 def worker_usage(workflows: pl.DataFrame) -> pl.DataFrame:
@@ -220,20 +271,6 @@ def routing_value(
     }
 
 
-def routing_value_table(routing: dict[str, object]) -> pl.DataFrame:
-    """`routing_value` as one row a reader can take in: the router beside best single and oracle."""
-    return pl.DataFrame(
-        {
-            "questions": [routing["n"]],
-            "best single (calibration-chosen)": [routing["best_single"]],
-            "W-router": [routing["accuracy"]],
-            "oracle": [routing["oracle"]],
-            "oracle headroom recovered": [routing["headroom_recovered"]],  # empty cell: the oracle has no headroom
-        },
-        schema_overrides={"oracle headroom recovered": pl.Float64},
-    )
-
-
 # ---------------------------------------------------------------------- the decomposition
 
 
@@ -282,39 +319,3 @@ def conductor_decompositions(
         if solo.height and conductor_rows.height:
             decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows), **(context or {})})
     return decompositions
-
-
-# ---------------------------------------------------------------------- formatting
-
-
-def markdown_table(frame: pl.DataFrame, *, float_digits: int = 3) -> str:
-    """A small frame as a GitHub markdown table (what Dagster's UI renders in metadata)."""
-    rows = [[", ".join(map(str, v)) if isinstance(v, list) else v for v in row] for row in frame.iter_rows()]
-    return tabulate(rows, headers=frame.columns, tablefmt="github", floatfmt=f".{float_digits}f", missingval="")
-
-
-def arm_table_markdown(table: pl.DataFrame) -> str:
-    """The arm table under reader headers; an `n` that is the same for every arm is left out (it is
-    shown once, as the run's `n_label`)."""
-    columns = list(ARM_TABLE_HEADERS)
-    if table.height and table["n_label"].n_unique() == 1:
-        columns.remove("n_label")
-    return markdown_table(table.select(columns).rename(ARM_TABLE_HEADERS, strict=False))
-
-
-def decomposition_markdown(decompositions: Sequence[dict]) -> str:
-    """One row per quantity, one column per conductor arm: a column per quantity would not fit
-    the UI's width."""
-    metrics = [key for key in decompositions[0] if key != "arm"]
-    frame = pl.DataFrame(
-        {"quantity": metrics, **{d["arm"]: [_cell(d.get(m)) for m in metrics] for d in decompositions}}
-    )
-    return markdown_table(frame)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)

@@ -56,3 +56,11 @@ def test_importing_the_definitions_reads_no_pool() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "load failed:" in done.stdout and "no-such-pool" in done.stdout
+
+
+def test_every_asset_names_its_owners_and_its_stage() -> None:
+    graph = build_definitions(DEFAULT_POOL).resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.owners and all(owner.startswith("team:") for owner in node.owners), key
+        assert node.tags.get("stage") == node.group_name and node.tags.get("compute") in ("cpu", "gpu"), key

@@ -10,14 +10,18 @@ from dagster_k8s.job import get_user_defined_k8s_config
 
 from assets.definitions import build_definitions
 from assets.deployment import (
+    GIT_COMMIT_ENV,
     GPU_POOL,
     K8S_CONFIG_TAG,
     PROFILE_ENV,
     SHARED_ARTIFACTS_ROOT,
     SharedStorageError,
+    git_commit,
     in_pool,
     k8s_definitions,
     profile_from_env,
+    run_tags,
+    with_job_tags,
     with_op_tags,
 )
 from conductor_pipeline.paths import ARTIFACTS_ENV, PROJECT_ROOT
@@ -152,3 +156,20 @@ def test_helm_values_put_the_artifacts_root_on_the_shared_volume() -> None:
     run_mounts = [m["mountPath"] for m in values["runLauncher"]["config"]["k8sRunLauncher"]["volumeMounts"]]
     for mounted in (mounts, run_mounts):
         assert any(Path(SHARED_ARTIFACTS_ROOT).is_relative_to(m) for m in mounted), mounted
+
+
+def test_runs_carry_the_pool_the_commit_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(GIT_COMMIT_ENV, raising=False)
+    assert git_commit() != "unknown"  # this checkout is a git work tree
+    monkeypatch.setenv(GIT_COMMIT_ENV, "abc123")
+    monkeypatch.setenv(PROFILE_ENV, "local")
+    assert run_tags("replay-mixed6") == {"pool": "replay-mixed6", "git_commit": "abc123", "profile": "local"}
+    (job,) = with_job_tags([dg.define_asset_job("rows_job", selection=[upstream_rows], tags={"team": "x"})],
+                           run_tags("replay-mixed6"))
+    result = dg.Definitions(assets=[upstream_rows], jobs=[job]).resolve_job_def("rows_job").execute_in_process()
+    assert result.success
+    tags = result.dagster_run.tags
+    assert (tags["pool"], tags["git_commit"], tags["profile"]) == ("replay-mixed6", "abc123", "local")
+    assert tags["team"] == "x"  # the job's own tags stay
+    # The project's main and training jobs carry them.
+    assert build_definitions(DEFAULT_POOL).resolve_job_def("eval_job").tags["git_commit"] == "abc123"

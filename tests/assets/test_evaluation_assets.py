@@ -1,6 +1,7 @@
 """eval_arms + eval_tables on a 30-question slice of replay-mixed6 in a tmp warehouse, with the
-tiny local HF conductor (random weights: the weak arm; shown W's predictions), the W-router arm
-and its train-split-only W, and the leak check failing on a leak."""
+tiny local HF conductor (random weights: the weak arm; shown W's predictions), the W-router and
+W-cascade arms and their train-split-only W, the vote arms, every arm paired against the best
+single worker, the conductor check warning, and the leak check failing on a leak."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak, questions_seen_in_training
+from assets.definitions import build_definitions
+from assets.evaluation import (
+    EVALUATION_ASSETS,
+    EVALUATION_CHECKS,
+    eval_slice_has_no_leak,
+    probe_ceilings,
+    questions_seen_in_training,
+    world_model_routing,
+)
 from assets.metadata import latest_metadata_value
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.evaluation.arms import EvalRunSummary
@@ -78,23 +87,38 @@ def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
 def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_path: Path) -> None:
     tiny = build_tiny_causal_lm(tmp_path / "tiny")
     result = materialize(warehouse_path, tiny, [*EVALUATION_ASSETS, *EVALUATION_CHECKS])
-    assert result.success
-    (check,) = result.get_asset_check_evaluations()
+    assert result.success  # the conductor check below warns; it never fails the run
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    check = checks["eval_slice_has_no_leak"]
     assert check.passed
+    # The random-weight conductor writes no workflow: its verdict is "loses", so the check is red.
+    conductor_check = checks["conductor_beats_best_single"]
+    assert conductor_check.passed is False and conductor_check.severity == dg.AssetCheckSeverity.WARN
+    assert conductor_check.metadata["verdicts"].value == {"conductor:hf:tiny+W": "loses"}
 
     arms = metadata(result, "eval_arms")
     assert arms["planned_slice_size"] == SLICE and arms["slice_size"] == SLICE
     assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
-    assert len(arms["arms"]) == 6 + 3 + 1 + 1  # solo, baselines, the W-router, the conductor
-    assert "w_router" in arms["arms"] and "conductor:hf:tiny+W" in arms["arms"]
+    # solo, baselines, the W-router, the W-cascade, three votes, the conductor
+    assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 1
+    new_arms = {"w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W"}
+    assert new_arms <= set(arms["arms"])
     # The run id hashes the settings and the arm names in order: the same config resumes the same run.
-    assert arms["run_id"] == "eval-478f76e2691392d19c8103bf"
+    assert arms["run_id"] == "eval-ded22c189ceced4cafe343fd"
     store = Warehouse(warehouse_path)
     counts = store.query(
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
         {"r": arms["run_id"]},
     )
-    assert counts.height == 11 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    assert counts.height == 15 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    # A vote's cost and tokens are the sums of its workers' recorded calls: six calls per question.
+    votes = store.query(
+        "SELECT w.workflow_id, any_value(w.cost_usd) AS cost, sum(c.cost_usd) AS call_cost, count(*) AS calls "
+        "FROM workflows w JOIN calls c USING (workflow_id) WHERE w.arm = 'vote:all' AND w.run_id = $r GROUP BY ALL",
+        {"r": arms["run_id"]},
+    )
+    assert votes.height == SLICE and set(votes["calls"]) == {6}
+    assert (votes["cost"] - votes["call_cost"]).abs().max() < 1e-12 and votes["cost"].min() > 0
     questions = store.query("SELECT DISTINCT question_id FROM workflows WHERE run_id = $r", {"r": arms["run_id"]})
     assert all(split_of(q) == "eval" for q in questions["question_id"])
 
@@ -109,6 +133,18 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert "W-router" in tables["routing_value"] and "oracle headroom recovered" in tables["routing_value"]
     assert 0.0 <= tables["w_router_accuracy"] <= 1.0
     assert "w_router" in tables["decomposition"]
+    # Every arm but the reference has a verdict line, short enough to show without a click.
+    assert len(tables["verdicts"]) < 1000
+    for arm in ("solo:deepseek-v2.5", "w_router", "w_cascade@0.5", "vote:all (from recordings)", "conductor:hf:tiny+W"):
+        assert f"- {arm}: **" in tables["verdicts"], arm
+    assert "**conductor:hf:tiny+W**" in tables["conductor_vs_best_single"]
+    assert "**loses**" in tables["conductor_vs_best_single"] and "Gap in points" in tables["conductor_vs_best_single"]
+    assert len(tables["conductor_vs_best_single"]) < 1000
+    assert "McNemar p (exact)" in tables["paired_vs_best_single"]
+    assert "| best_single (gpt-4o) " in tables["arm_table"] and "est." in tables["arm_table"]
+    assert "w_router, cheapest configuration" in tables["cost_story"] and "vote:all" in tables["cost_story"]
+    assert "on the frontier" in tables["cost_frontier"]
+    assert "gap to best single (train-chosen), pts" in tables["decomposition"]
 
     # The W that routed saw only train-split questions: the probed calibration questions, none of the slice.
     routing_w = WorldModel.load(arms["world_model_path"])
@@ -155,3 +191,33 @@ def test_training_questions_include_the_latest_contested_set_and_logged_rollouts
     )
     assert questions_seen_in_training(store, instance) == ["test/algebra/1.json", "test/algebra/2.json"]
     assert latest_metadata_value(instance, "conductor_checkpoint", "checkpoint_path") == "/ckpt"
+
+
+def test_eval_arms_shows_its_checkpoint_and_world_model_as_lineage_but_eval_job_does_not_run_them() -> None:
+    defs = build_definitions(POOL)
+    eval_arms = defs.get_assets_def("eval_arms")
+    upstream = {key.to_user_string() for key in eval_arms.asset_deps[eval_arms.key]}
+    assert {"pass_rates", "conductor_checkpoint", "world_model"} <= upstream
+    # The eval job selects only the evaluation group: a refused (gated) training does not block it,
+    # and test_eval_arms_and_tables_on_a_30_question_slice materializes it without either upstream.
+    job = defs.resolve_job_def("eval_job")
+    assert job.graph.has_node_named("eval_arms") and not job.graph.has_node_named("conductor_checkpoint")
+    assert not job.graph.has_node_named("world_model")
+
+
+def test_the_routing_summary_reads_the_latest_report_and_ceilings_of_its_own_pool() -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    assert world_model_routing(instance, POOL) == (None, None) and probe_ceilings(instance, POOL) is None
+    line = ("routing on replay-mixed6 (6 workers, 2040 held-out questions): W-router 0.807 vs best single 0.817 "
+            "(gpt-4o) vs oracle 0.910; headroom recovered -9.9% [-19.4%, +0.5%]")
+    instance.report_runless_asset_event(dg.AssetMaterialization("world_model_report", metadata={
+        "verdict": dg.MetadataValue.md(f"- questions: W BEATS worker_marginal\n- {line}"),
+        f"headroom_recovered[{POOL}]": dg.MetadataValue.float(-0.0995),
+    }))
+    instance.report_runless_asset_event(dg.AssetMaterialization("oracle_ceilings", metadata={
+        "pool": "another-pool", "n_questions": 10, "best_single": 0.5, "oracle": 0.9,
+    }))
+    assert world_model_routing(instance, POOL) == (-0.0995, line)
+    assert world_model_routing(instance, "another-pool") == (None, None)
+    assert probe_ceilings(instance, POOL) is None  # the latest ceilings are another pool's
+    assert probe_ceilings(instance, "another-pool") == {"n_questions": 10, "best_single": 0.5, "oracle": 0.9}

@@ -1,5 +1,7 @@
 """The Dagster UI in a real browser: after the default run, the asset graph, the eval tables, the
-oracle ceilings and the pass rates render their tables and plots; screenshots land in a folder.
+oracle ceilings and the pass rates render their tables and plots, and the eval tables page answers
+the research questions without a click (every arm's verdict against the best single worker and the
+conductor's result); screenshots land in a folder.
 
 Slow (a full `python -m assets.main` into a temporary Dagster home and warehouse, then `dagster dev`):
     RUN_SLOW=1 .venv/bin/pytest tests/ui/test_ui_browser.py -q
@@ -36,7 +38,8 @@ RENDER_TIMEOUT_S = 120.0
 
 # Asset -> markdown metadata entries whose tables (and images) a person must be able to read.
 PAGES: dict[str, list[str]] = {
-    "eval_tables": ["arm_table", "decomposition", "accuracy_vs_cost_plot", "running_gap_plot"],
+    "eval_tables": ["conductor_vs_best_single", "verdicts", "arm_table", "paired_vs_best_single", "cost_story",
+                    "cost_frontier", "routing_value", "decomposition", "accuracy_vs_cost_plot", "running_gap_plot"],
     "oracle_ceilings": ["ceilings"],
     "pass_rates": ["worker_accuracy", "status_rates", "pass_rate_plot"],
 }
@@ -164,7 +167,13 @@ def test_asset_graph_renders_every_group_and_asset(page: Page, ui: str) -> None:
     page.screenshot(SCREENSHOT_DIR / "asset_graph_groups.png")
     for _ in range(10):  # groups start collapsed: expand each one
         if not page.evaluate(EXPAND_ONE_GROUP_JS):
-            break
+            # Expanded groups push the collapsed ones out of view, where the UI does not draw them:
+            # a fresh load fits the graph to the window again.
+            page.navigate(f"{ui}/asset-groups")
+            page.wait_for("document.body.innerText.includes('evaluation')", RENDER_TIMEOUT_S, "the asset groups")
+            settle(page)
+            if not page.evaluate(EXPAND_ONE_GROUP_JS):
+                break
         time.sleep(2.0)
     page.navigate(f"{ui}/asset-groups")  # a fresh load fits the expanded graph to the window
     expected = ["questions", "probe_calls", *PAGES]
@@ -173,7 +182,8 @@ def test_asset_graph_renders_every_group_and_asset(page: Page, ui: str) -> None:
     page.screenshot(SCREENSHOT_DIR / "asset_graph.png")
 
     page.navigate(f"{ui}/assets/eval_tables?view=lineage&lineageScope=upstream&lineageDepth=10")
-    upstream = ["questions", "probe_calls", "pass_rates", "eval_arms", "eval_tables"]
+    # The graph shortens long names in the middle ("conduc…_checkpoint"): the tail identifies it.
+    upstream = ["questions", "probe_calls", "pass_rates", "_checkpoint", "world_model", "eval_arms", "eval_tables"]
     page.wait_for(_all_shown_js(upstream), RENDER_TIMEOUT_S, f"the upstream lineage of eval_tables {upstream}")
     settle(page)
     page.screenshot(SCREENSHOT_DIR / "eval_tables_lineage.png")
@@ -210,9 +220,45 @@ def test_asset_page_renders_tables_and_plots(page: Page, ui: str, asset: str) ->
             assert images and all(i["width"] > 100 and i["height"] > 100 for i in images), (label, shown["images"])
             continue
         header, body = markdown_table_cells(markdown[label])
-        if not header:  # a sentence instead of a table (e.g. "no conductor arm"): the sentence is shown
-            assert markdown[label].strip().splitlines()[0][:40] in shown["text"], (label, shown["text"][:200])
+        if not header:  # sentences or a list instead of a table (e.g. "no conductor arm"): the first is shown
+            first = (rendered_lines(markdown[label]) or markdown[label].strip().splitlines())[0]
+            assert " ".join(first.split())[:40] in " ".join(shown["text"].split()), (label, shown["text"][:200])
             continue
         rendered = set(shown["cells"])
         missing = [cell for cell in header + body[0] if cell and cell not in rendered]
         assert not missing, f"{asset}.{label}: cells {missing} of the markdown table are not rendered as table cells"
+
+
+# Entries of eval_tables a reader must see without a click: Dagster shows shorter markdown inline.
+INLINE_EVAL_ENTRIES = ["conductor_vs_best_single", "verdicts"]
+INLINE_MARKDOWN_CHARS = 1000
+
+
+def rendered_lines(markdown: str) -> list[str]:
+    """The text a browser shows for each bullet of a markdown list (no bullet, no bold marks)."""
+    return [line[2:].replace("**", "").strip() for line in markdown.splitlines() if line.startswith("- ")]
+
+
+def test_eval_tables_shows_the_verdicts_and_the_conductor_without_a_click(page: Page, ui: str) -> None:
+    reply = graphql(ui, LATEST_MARKDOWN_QUERY, {"key": {"path": ["eval_tables"]}})
+    latest = reply["assetOrError"]["assetMaterializations"]
+    assert latest, "eval_tables was never materialized by the default run"
+    markdown = {e["label"]: e["mdStr"] for e in latest[0]["metadataEntries"] if "mdStr" in e}
+    expected: list[str] = []
+    for label in INLINE_EVAL_ENTRIES:
+        assert len(markdown[label]) < INLINE_MARKDOWN_CHARS, f"{label} is too long to be shown inline"
+        lines = rendered_lines(markdown[label])
+        assert lines, f"{label} has no lines: {markdown[label][:200]!r}"
+        expected += lines
+    verdicts = rendered_lines(markdown["verdicts"])
+    assert all(re.search(r": (beats|ties|loses)\b", line) for line in verdicts), verdicts
+    assert any(line.startswith("conductor:") for line in verdicts), "no conductor row among the verdicts"
+
+    page.navigate(f"{ui}/assets/eval_tables")
+    page.wait_for(f"document.body.innerText.includes({json.dumps(INLINE_EVAL_ENTRIES[-1])})", RENDER_TIMEOUT_S,
+                  "eval_tables' metadata")
+    settle(page)
+    shown = " ".join(page.text().split())
+    missing = [line for line in expected if " ".join(line.split()) not in shown]
+    page.screenshot(SCREENSHOT_DIR / "eval_tables__verdicts_inline.png")
+    assert not missing, f"not on the page without a click: {missing}"

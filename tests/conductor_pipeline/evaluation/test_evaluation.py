@@ -208,8 +208,17 @@ def test_arms_tables_running_gap_and_decomposition(tmp_path):
     assert by_arm["solo:small"]["accuracy"] == pytest.approx(39 / 79)
     assert by_arm["oracle"]["accuracy"] == pytest.approx(79 / 79)
     assert by_arm["best_single"]["accuracy"] == pytest.approx(50 / 79)
-    assert by_arm["solo:big"]["se"] == pytest.approx(0.0)  # identical repeats: no spread
-    assert by_arm["solo:big"]["ci_low"] <= by_arm["solo:big"]["accuracy"] <= by_arm["solo:big"]["ci_high"]
+    # Identical repeats are one sample, not two: no SE over repeats, and a Wilson interval over
+    # the questions instead of a zero-width one. These live fakes are not replay recordings.
+    assert by_arm["solo:big"]["se"] is None and by_arm["solo:big"]["se_note"] == "n/a (identical repeats)"
+    assert by_arm["solo:big"]["ci_low"] < by_arm["solo:big"]["accuracy"] < by_arm["solo:big"]["ci_high"]
+    assert by_arm["solo:big"]["ci_high"] - by_arm["solo:big"]["ci_low"] > 0.15  # about +-0.1 at n=79
+    # The random router draws anew per repeat: its repeats differ, so its SE is over repeats.
+    assert by_arm["random"]["se"] is not None and by_arm["random"]["se_note"] is None
+    recorded = arm_table(workflows, planned_size=100, slice_order=ids, single_recording_workers={"small", "big"})
+    assert set(recorded.filter(pl.col("kind") == "worker")["se_note"]) == {"n/a (one recording)"}
+    assert recorded["arm"].to_list()[:2] == ["solo:big", "solo:small"]  # workers first, most accurate first
+    assert recorded["arm"].to_list()[-1] == "conductor:routing"  # conductors last
     assert by_arm["conductor:routing"]["tokens_per_question"] == pytest.approx((79 * 70 + 59 * 20) / 79)
     assert by_arm["solo:big"]["cost_per_question"] == pytest.approx(0.01)
     assert "stopped early: 80 of 100" in by_arm["oracle"]["n_label"]

@@ -1,5 +1,6 @@
 """The W-router: fitted on train-split questions only, routes to W's highest score, trades success
-for cost with lambda, and its headroom share is computed like RouteLLM's APGR."""
+for cost with lambda, and its headroom share is computed like RouteLLM's APGR. The W-cascade takes
+the cheapest worker W trusts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from conductor_pipeline.evaluation.routers import WorldModelRouter
+from conductor_pipeline.evaluation.routers import WCascadeRouter, WorldModelRouter, cascade_choice
 from conductor_pipeline.evaluation.tables import routing_value
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
@@ -90,8 +91,9 @@ class FixedModel:
         return np.array([[0.010, 0.001, np.nan], [0.010, 0.004, 0.0001]])[: len(subtasks)]
 
 
-def _seat(name: str) -> WorkerSeat:
-    return WorkerSeat(name=name, backend="replay", replay_source="zeroeval", model=name, description=name)
+def _seat(name: str, price: float = 0.0) -> WorkerSeat:
+    return WorkerSeat(name=name, backend="replay", replay_source="zeroeval", model=name, description=name,
+                      price_input_per_mtok=price, price_output_per_mtok=2 * price)
 
 
 def test_lambda_trades_predicted_success_for_predicted_cost():
@@ -119,3 +121,29 @@ def test_headroom_share_is_the_routers_gain_over_best_single_as_a_share_of_the_o
     flat = table.with_columns(accuracy=pl.Series([0.60, 0.60, 0.60, 0.5]))
     assert routing_value(flat, "w_router")["headroom_recovered"] is None
     assert routing_value(table.filter(pl.col("arm") != "w_router"), "w_router") is None
+
+
+def test_the_cascade_takes_the_cheapest_worker_w_trusts_and_falls_back_to_the_best_single():
+    # List prices: cheap 0.3 < mid 3 < pricey 30 (input + output per Mtok), whatever the seat order.
+    seats = (_seat("pricey", 10.0), _seat("cheap", 0.1), _seat("mid", 1.0))
+    questions = [Question(f"q{i}", "math", "test", f"problem {i}", "1") for i in range(2)]
+    # FixedModel: q0 -> pricey 0.80, cheap 0.75, mid 0.30; q1 -> 0.20, 0.60, 0.55.
+    cascade = WCascadeRouter(FixedModel(), seats, fallback="pricey", threshold=0.7)
+    assert cascade.name == "w_cascade@0.7"
+    assert [seats[i].name for i in cascade.ladder] == ["cheap", "mid", "pricey"]
+    assert cascade.choose(questions) == ["cheap", "pricey"]  # q1: no rung reaches 0.7 -> the fallback
+    lower = WCascadeRouter(FixedModel(), seats, fallback="pricey", threshold=0.58)
+    assert lower.choose(questions) == ["cheap", "cheap"]
+    assert WCascadeRouter(FixedModel(), seats, fallback="mid", threshold=0.0).choose(questions) == ["cheap", "cheap"]
+    assert WCascadeRouter(FixedModel(), seats, fallback="mid", threshold=0.9).choose(questions) == ["mid", "mid"]
+    assert cascade.route(questions[0]).workers == ("cheap",)
+    with pytest.raises(ValueError):
+        WCascadeRouter(FixedModel(), seats, fallback="pricey", threshold=1.5)
+    with pytest.raises(ValueError):
+        WCascadeRouter(FixedModel(), seats, fallback="nobody")
+
+
+def test_cascade_choice_is_vectorised_over_questions():
+    success = np.array([[0.9, 0.2], [0.1, 0.8], [0.1, 0.1]])
+    assert cascade_choice(success, ladder=[1, 0], fallback=0, threshold=0.5).tolist() == [0, 1, 0]
+    assert cascade_choice(success, ladder=[0, 1], fallback=1, threshold=0.5).tolist() == [0, 1, 1]

@@ -1,0 +1,166 @@
+"""Everything an evaluation run publishes, computed once from its recorded workflows.
+
+`build_eval_tables` is what `eval_tables` shows: the arm table, every arm paired against the best
+single worker, the conductor's verdict and its gap in points, the cost sweeps, story and frontier,
+the routing summary, usage, parse codes, the running gap and the decomposition, as frames, markdown
+(in reading order) and plots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from conductor_pipeline.evaluation.arms import EvalRunSummary, VoteArm
+from conductor_pipeline.evaluation.comparisons import (
+    DEFAULT_PAIRED,
+    REFERENCE_ARM,
+    PairedSettings,
+    compare_with_reference,
+    conductor_arms,
+    gap_in_points,
+)
+from conductor_pipeline.evaluation.costs import arms_frontier, cost_story, cost_sweep
+from conductor_pipeline.evaluation.report import (
+    arm_labels,
+    arm_table_markdown,
+    conductor_summary,
+    cost_story_markdown,
+    decomposition_markdown,
+    describe_eval_population,
+    frontier_markdown,
+    markdown_table,
+    paired_table_markdown,
+    points_rows,
+    routing_summary_markdown,
+    verdict_lines,
+)
+from conductor_pipeline.evaluation.routers import OracleRouter, WCascadeRouter, WorldModelRouter
+from conductor_pipeline.evaluation.tables import (
+    GAP_FIRST_N,
+    arm_table,
+    common_questions,
+    conductor_decompositions,
+    parse_code_histogram,
+    routing_value,
+    running_gap,
+    worker_usage,
+)
+from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
+from conductor_pipeline.stats import PairedComparison
+
+
+@dataclass(frozen=True)
+class OtherFigures:
+    """Other assets' routing figures for this pool, set beside this run's in the routing summary:
+    the cross-validated world-model report's headroom share and verdict line, and the probe ceilings
+    (n_questions, best_single, oracle). None: not materialized."""
+
+    report_headroom: float | None = None
+    report_verdict: str | None = None
+    ceilings: Mapping[str, object] | None = None
+
+
+@dataclass(frozen=True)
+class EvalTables:
+    """One run's tables; `markdown` maps each published entry to its text, in reading order."""
+
+    table: pl.DataFrame
+    gap: pl.DataFrame
+    comparisons: dict[str, PairedComparison]
+    sweep: pl.DataFrame
+    n_common: int
+    conductor_verdicts: dict[str, str]
+    routing: dict[str, object] | None
+    markdown: dict[str, str] = field(default_factory=dict)
+    accuracy_png: bytes = b""
+    gap_png: bytes = b""
+
+
+def build_eval_tables(
+    summary: EvalRunSummary,
+    workflows: pl.DataFrame,
+    call_tokens: pl.DataFrame | None,
+    *,
+    settings: PairedSettings = DEFAULT_PAIRED,
+    others: OtherFigures | None = None,
+    inline_chars: int | None = None,
+) -> EvalTables:
+    """Every table of the run `summary` names from its `workflows` (and per-workflow `call_tokens`).
+
+    `inline_chars`: the verdict lines are shortened until they fit (the UI shows shorter markdown
+    without a click). Verdicts and sweeps use `settings` for every paired interval.
+    """
+    others = others or OtherFigures()
+    extra = summary.extra
+    order = list(summary.slice_ids)
+    table = arm_table(
+        workflows, planned_size=summary.planned_size, call_tokens=call_tokens, slice_order=order,
+        available=len(summary.slice_ids), arm_order=summary.arms,
+        single_recording_workers=extra.get("single_recording_workers", ()),
+    )
+    gap = running_gap(workflows, slice_order=order)
+    common = common_questions(workflows)
+    comparisons = compare_with_reference(workflows, settings=settings)
+    arms = table["arm"].to_list()
+    labels = arm_labels(arms, best_single_worker=summary.best_single_worker, replayed=bool(extra.get("replayed")))
+    reference_label = labels.get(REFERENCE_ARM, REFERENCE_ARM)
+    shown = [arm for arm in arms if arm != REFERENCE_ARM]
+    conductors = conductor_arms(arms)
+    points = {arm: split for arm in conductors if (split := gap_in_points(workflows, arm)) is not None}
+    routing = routing_value(table, WorldModelRouter.name)
+    decompositions = conductor_decompositions(
+        workflows, common, context={WorldModelRouter.name: routing["accuracy"]} if routing else None
+    )
+    for decomposition in decompositions:
+        if decomposition["arm"] in points:
+            decomposition.update(points_rows(points[decomposition["arm"]]))
+
+    cost = dict(zip(arms, table["cost_per_question"].to_list(), strict=True))
+    accuracy = dict(zip(arms, table["accuracy"].to_list(), strict=True))
+    frontier = arms_frontier(table)
+    predictions = extra.get("routing_predictions")
+    sweep = cost_sweep(workflows, predictions, settings=settings) if predictions is not None else pl.DataFrame()
+    routers = dict.fromkeys(sweep["router"].to_list()) if sweep.height else {}
+    baselines = {arm: comparisons[arm] for arm in arms
+                 if arm in comparisons and arm.startswith((VoteArm.PREFIX, WCascadeRouter.family))}
+    population = describe_eval_population(
+        summary.corpus, extra.get("math_levels", ()), restricted_to_recorded=bool(extra.get("restricted_to_recorded"))
+    )
+    markdown = {
+        "conductor_vs_best_single": conductor_summary(comparisons, conductors, points, reference_label=reference_label),
+        "verdicts": verdict_lines(comparisons, shown, labels, reference_label=reference_label, max_chars=inline_chars),
+        "arm_table": arm_table_markdown(table, labels),
+        "paired_vs_best_single": paired_table_markdown(comparisons, shown, labels),
+        "cost_story": cost_story_markdown(
+            {router: cost_story(sweep, router) for router in routers}, reference_label=reference_label,
+            reference_accuracy=accuracy.get(REFERENCE_ARM, float("nan")), reference_cost=cost.get(REFERENCE_ARM) or 0.0,
+            estimated=bool(table["tokens_estimated"].fill_null(False).any()), baselines=baselines,
+            baseline_costs=cost, labels=labels, frontier=frontier,
+        ),
+        "cost_frontier": frontier_markdown(table, frontier, labels, cost.get(REFERENCE_ARM)),
+        "routing_value": routing_summary_markdown(
+            pool=str(extra.get("pool", "")), eval_population=population,
+            w_router=comparisons.get(WorldModelRouter.name), oracle_accuracy=accuracy.get(OracleRouter.name),
+            report_headroom=others.report_headroom, report_verdict=others.report_verdict, ceilings=others.ceilings,
+        ),
+        "worker_usage": markdown_table(worker_usage(workflows)),
+        "parse_codes": markdown_table(parse_code_histogram(workflows)),
+        "running_gap": markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions",
+        "decomposition": decomposition_markdown(decompositions) if decompositions else "no conductor arm",
+    }
+    return EvalTables(
+        table=table,
+        gap=gap,
+        comparisons=comparisons,
+        sweep=sweep,
+        n_common=len(common),
+        conductor_verdicts={arm: comparisons[arm].verdict if arm in comparisons else "cannot be compared with"
+                            for arm in conductors},
+        routing=routing,
+        markdown=markdown,
+        accuracy_png=accuracy_cost_plot(table, frontier=frontier, sweep=sweep, labels=labels, reference=REFERENCE_ARM),
+        gap_png=running_gap_plot(gap),
+    )

@@ -13,6 +13,7 @@ import pytest
 from assets.pool_search import DEFAULT_SEARCH_POOL, PoolSearchConfig, pool_search
 from assets.probing import oracle_ceilings, pass_rates, pool_probing_definitions
 from conductor_pipeline.corpora.loaders import load_gsm8k, load_math_full
+from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.probing.pool_search import PoolSearchSettings
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource
@@ -65,7 +66,7 @@ def test_recordings_equal_the_probed_pool_and_both_sources_agree(warehouse_path:
     # The graded recordings are exactly what the probe wrote: same questions, verdicts and costs.
     store = Warehouse(warehouse_path)
     calls = store.query("SELECT question_id, worker, correct, cost_usd FROM calls WHERE kind = 'probe'")
-    cached = pl.read_parquet(next((warehouse_path.parent / "pool_search").glob(f"{POOL}-outcomes-*.parquet")))
+    cached = pl.read_parquet(next((artifacts_root() / "pool_search").glob(f"{POOL}-outcomes-*.parquet")))
     joined = calls.join(cached, on=["question_id", "worker"], how="full", coalesce=True)
     assert joined.height == calls.height == cached.height
     assert joined["correct"].to_list() == joined["correct_right"].to_list()

@@ -653,7 +653,8 @@ def score_aggregator_steps(
     settings: EvaluationSettings | None = None,
 ) -> AggregatorStepReport | None:
     """Score out-of-fold `predictions` (one array per model over `frame`'s rows, as the `questions`
-    split computes them) on the aggregator seats' rows; None when the frame has none."""
+    split computes them, `frame` being the normalized scored frame they were computed on) on the
+    aggregator seats' rows; None when the frame has none."""
     settings = settings or EvaluationSettings()
     workers = aggregator_workers(seats)
     mask = frame["worker"].is_in(workers).to_numpy()

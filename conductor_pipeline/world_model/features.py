@@ -399,12 +399,14 @@ def build_features(
         question_block[:, 2] = CategoryVocabulary.encode(columns.subjects, vocabulary.subjects)
     if columns.levels is not None:
         question_block[:, 3] = np.array([np.nan if v is None else v for v in columns.levels], dtype=np.float32)
-    # Subject and level describe the whole question; for a piece of it they would mislead.
-    question_block[~whole_mask, 2:] = np.nan
-
     topology_block = np.full((n_rows, len(_TOPOLOGY_NAMES)), np.nan, dtype=np.float32)
     if columns.visible_steps is not None:
         topology_block[:, 0] = np.array([np.nan if v is None else v for v in columns.visible_steps], dtype=np.float32)
+    # Subject and level describe the whole question; for a piece of it they would mislead. A step
+    # shown earlier results (an aggregator, the last step of a chain) answers the whole question
+    # with their help, whatever its subtask says, so for it they describe the task again.
+    sees_results = np.nan_to_num(topology_block[:, 0], nan=0.0) > 0
+    question_block[~whole_mask & ~sees_results, 2:] = np.nan
 
     features = np.hstack(
         [worker_block[worker_rows], text_block[text_rows], question_block, topology_block]

@@ -66,7 +66,9 @@ def prune_zero_variance(
         return [], []
     seat_list = _solo_seats(seats)
     if not seat_list:
-        raise ValueError("pruning needs at least one seat that answers alone; every seat given is a conductor or a vote")
+        raise ValueError(
+            "pruning needs at least one seat that answers alone; every seat given is a conductor or a vote"
+        )
     predicted = model.predict_success(list(questions), seat_list)
     all_solve = (predicted > high).all(axis=1)
     none_solve = (predicted < low).all(axis=1)

@@ -48,6 +48,11 @@ def resources(path: Path) -> dict:
     return {"warehouse": WarehouseResource(database=str(path)), "pool": PoolResource(pool=POOL)}
 
 
+def train_questions(store: Warehouse) -> list:
+    slice_ = select_questions(store, corpora=["math"], splits=["test"], math_levels=[5])
+    return [q for q in slice_ if split_of(q.question_id) == "train"]
+
+
 def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     (event,) = result.asset_materializations_for_node(asset)
     return {key: value.value for key, value in event.metadata.items()}
@@ -71,7 +76,7 @@ def test_the_vote_seat_is_not_probed_and_has_no_pass_rate_or_ceiling(warehouse_p
 def test_probing_the_library_way_skips_the_vote_with_a_log_line(warehouse_path: Path) -> None:
     pool = load_pool(POOL)
     store = Warehouse(warehouse_path)
-    questions = [q for q in select_questions(store, corpora=["math"], splits=["test"], math_levels=[5]) if split_of(q.question_id) == "train"][:3]
+    questions = train_questions(store)[:3]
     logged: list[str] = []
     summary = probe_and_close(
         store, pool, build_workers(pool), questions, samples=1, temperature=0.2, run_id="r",
@@ -84,7 +89,7 @@ def test_probing_the_library_way_skips_the_vote_with_a_log_line(warehouse_path: 
 def test_eval_arms_are_the_solo_seats_on_the_recorded_slice(warehouse_path: Path) -> None:
     pool = load_pool(POOL)
     store = Warehouse(warehouse_path)
-    train = [q for q in select_questions(store, corpora=["math"], splits=["test"], math_levels=[5]) if split_of(q.question_id) == "train"]
+    train = train_questions(store)
     probe_and_close(
         store, pool, build_workers(pool), train, samples=1, temperature=0.2, run_id="probe",
         governor_factory=lambda: Governor.from_pool(pool), log=lambda line: None, only_recorded=True,

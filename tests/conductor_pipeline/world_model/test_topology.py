@@ -65,15 +65,14 @@ def test_w_predicts_an_aggregator_step_from_how_many_results_it_sees() -> None:
     question = Question("new", "math", "test", "Solve the equation for x.", "1", subject="Algebra", level=2)
     asks = pl.DataFrame({
         "worker": [VOTE.name] * 5, "subtask": ["Give the majority answer."] * 5,
-        "problem": [question.problem] * 5, "visible_steps": list(VOTE_SUCCESS),
+        "problem": [question.problem] * 5, "corpus": ["math"] * 5, "subject": ["Algebra"] * 5, "level": [2] * 5,
+        "visible_steps": list(VOTE_SUCCESS),
     })
     predicted = model.predict_frame(asks)
     assert predicted[0] < 0.1 and predicted[4] > 0.6 and np.all(np.diff(predicted) > -0.05)
     # Scoring a question (asked alone) goes through the same features with 0 visible steps.
     alone = model.predict_success([question], [VOTE])[0, 0]
-    assert alone == pytest.approx(model.predict_frame(asks.head(1).with_columns(
-        subtask=pl.lit(question.problem), corpus=pl.lit("math"), subject=pl.lit("Algebra"), level=pl.lit(2),
-    ))[0], abs=1e-9)
+    assert alone == pytest.approx(model.predict_frame(asks.head(1).with_columns(subtask=pl.lit(question.problem)))[0])
 
 
 def test_w_beats_the_marginal_on_aggregator_steps_out_of_sample() -> None:
@@ -117,7 +116,8 @@ def test_a_warehouse_written_before_the_column_migrates_and_old_steps_stay_unkno
     path = tmp_path / "w.duckdb"
     store = Warehouse(path)
     store.insert("questions", [Question("q0", "math", "test", "What is 1?", "1")])
-    store.insert("calls", [step_call("old-probe", "probe", "alpha-7b", 0), step_call("old-step", "step", "alpha-7b", 0)])
+    old = [step_call("old-probe", "probe", "alpha-7b", 0), step_call("old-step", "step", "alpha-7b", 1)]
+    store.insert("calls", old)
     with store.connect() as con:  # as a file from before the column existed
         con.execute("ALTER TABLE calls DROP COLUMN visible_steps")
     reopened = Warehouse(path)  # applies the schema again: the column comes back, NULL for old rows
@@ -127,3 +127,16 @@ def test_a_warehouse_written_before_the_column_migrates_and_old_steps_stay_unkno
     # Training rows come ordered by question, worker, sample, call id: old probe, old step, new vote.
     # A probe always answered alone; an old step's topology is unknown, not 0.
     assert load_training_frame(reopened)["visible_steps"].to_list() == [0, None, 3]
+
+
+def test_subject_and_level_describe_a_step_shown_earlier_results() -> None:
+    rows = pl.DataFrame({
+        "worker": [VOTE.name] * 3, "subtask": ["Give the majority answer."] * 3, "problem": ["Find the area."] * 3,
+        "subject": ["Geometry"] * 3, "level": [4] * 3, "visible_steps": [0, 2, None],
+        "correct": [False, True, True], "question_id": ["q0"] * 3,
+    })
+    matrix, names = build_features(rows, seats_with_vote(), text_model=None)
+    level = matrix[:, names.index("level")]
+    # A piece of the question asked alone (or of unknown topology) has no level; one shown results has.
+    assert np.isnan(level[0]) and level[1] == 4 and np.isnan(level[2])
+    assert not np.isnan(matrix[1, names.index("subject")]) and matrix[1, names.index("whole_question")] == 0

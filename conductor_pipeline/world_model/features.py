@@ -355,10 +355,11 @@ def build_features(
     """The feature matrix (float32; categoricals as integer codes, NaN = unknown) and its column names.
 
     `frame` needs `worker` and `subtask`; `problem`, `corpus`, `subject`, `level` and
-    `visible_steps` are used when present. The same function serves training and inference (scoring passes the same columns as
-    plain lists to skip frame overhead): only the fitted `text_model` and `vocabulary`, both
-    learned from training rows, carry state. Text features are computed once per distinct text
-    and worker features once per distinct worker, then gathered per row.
+    `visible_steps` are used when present. The same function serves training and inference
+    (scoring passes the same columns as plain lists to skip frame overhead): only the fitted
+    `text_model` and `vocabulary`, both learned from training rows, carry state. Text features
+    are computed once per distinct text and worker features once per distinct worker, then
+    gathered per row.
     """
     columns = FeatureColumns.from_frame(frame) if isinstance(frame, pl.DataFrame) else frame
     if vocabulary is None:

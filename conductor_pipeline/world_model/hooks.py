@@ -58,7 +58,8 @@ def prune_zero_variance(
     """Split GRPO questions into (kept, skipped): skipped ones W predicts every worker solves
     (all P > high) or none solves (all P < low), so their rollout groups would likely carry zero
     reward variance and no gradient. Audit the skip with `audit_pruning` once rewards are known.
-    Only seats that answer alone are weighed (a vote shown nothing would read as "none solves").
+    Only seats that answer alone are weighed: a vote, asked alone, has P ~ 0, which would keep
+    every question W expects all workers to solve.
     """
     if not 0 <= low < high <= 1:
         raise ValueError(f"need 0 <= low < high <= 1, got low={low}, high={high}")

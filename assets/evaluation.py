@@ -158,16 +158,18 @@ def eval_arms(
     store = warehouse.get_warehouse()
     # Conductor seats (recursion) are answered by the orchestrator's conductor policy, not a Worker.
     workers = pool.build_workers([s.name for s in pool_config.workers if not s.is_conductor])
-    seats = [s for s in pool_config.workers if s.name in workers]
+    # Solo arms, routers, the slice and the best single are about seats that answer alone (not a vote).
+    seats = [s for s in pool_config.workers if s.name in workers and s.answers_alone]
+    solo_workers = {s.name: workers[s.name] for s in seats}
     candidates, restricted = eval_candidates(
-        store, workers, corpus=config.corpus, splits=config.splits, math_levels=config.math_levels,
+        store, solo_workers, corpus=config.corpus, splits=config.splits, math_levels=config.math_levels,
         only_recorded=config.only_recorded,
     )
     chosen = eval_slice([q.question_id for q in candidates], config.slice_size, order=config.order)
     by_id = {q.question_id: q for q in candidates}
     questions = [by_id[qid] for qid in chosen.question_ids]
 
-    calibration = choose_best_single(pass_rate_table(store, pool_config.name), list(workers))
+    calibration = choose_best_single(pass_rate_table(store, pool_config.name), list(solo_workers))
     training_ids = questions_seen_in_training(store, context.instance)
     leaks = find_leaks(
         chosen.question_ids, training_ids=training_ids, calibration_ids=calibration.calibration_question_ids

@@ -111,7 +111,7 @@ def pool_search(
     current = pool.load()
     references = dict(config.reference_pools)
     if current.name != searched_pool.name:
-        references[current.name] = current.worker_names
+        references[current.name] = current.solo_worker_names
     try:
         report = search_pools(outcomes, question_frame, config.search_settings(), reference_pools=references)
     except PoolSearchError as exc:

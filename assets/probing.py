@@ -58,8 +58,9 @@ class ProbeConfig(dg.Config):
 
 
 def probe_partitions(pool: str) -> dg.StaticPartitionsDefinition:
-    """One partition per worker of `pool` (a pool name under data/pools/ or a pool file)."""
-    return dg.StaticPartitionsDefinition(load_pool(pool).worker_names)
+    """One partition per worker of `pool` (a pool name under data/pools/ or a pool file) that
+    answers alone: a conductor or vote seat has nothing to answer by itself, so it is not probed."""
+    return dg.StaticPartitionsDefinition(load_pool(pool).solo_worker_names)
 
 
 def all_probe_partitions_tags(partitions: dg.PartitionsDefinition) -> dict[str, str]:
@@ -88,12 +89,16 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
         """Every (question, worker, sample) probe call of the slice, graded and written as it completes."""
         pool_config = pool.load()
         selected = list(context.partition_keys)
-        unknown = sorted(set(selected) - set(pool_config.worker_names))
+        unknown = sorted(set(selected) - set(pool_config.solo_worker_names))
         if unknown:
             raise dg.Failure(
-                f"partitions {unknown} are not workers of pool {pool_config.name!r} ({pool_config.worker_names}); "
-                f"the definitions were built for pool {pool_name!r}: set CORYPHAEUS_POOL consistently"
+                f"partitions {unknown} are not probed workers of pool {pool_config.name!r} "
+                f"({pool_config.solo_worker_names}); the definitions were built for pool {pool_name!r}: "
+                "set CORYPHAEUS_POOL consistently"
             )
+        not_probed = [seat.name for seat in pool_config.workers if not seat.answers_alone]
+        if not_probed:
+            context.log.info(f"not probed (they answer only within a workflow, never alone): {not_probed}")
         store = warehouse.get_warehouse()
         sample_offset = next_sample_offset(store, pool_config.name) if config.new_samples else config.sample_offset
         workers = pool.build_workers(selected)  # fails here, before any call, when an API key is unset
@@ -157,11 +162,11 @@ def pass_rates(
     """Per question x worker pass rates with 95% intervals; per worker accuracy, status rates, tokens, cost."""
     pool_config = pool.load()
     store = warehouse.get_warehouse()
-    rates = pass_rate_table(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.worker_names))
-    summary = worker_summary(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.worker_names))
+    rates = pass_rate_table(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.solo_worker_names))
+    summary = worker_summary(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.solo_worker_names))
     if rates.is_empty():
         raise dg.Failure(f"no scored probe calls for pool {pool_config.name!r}: materialize probe_calls first")
-    workers = [w for w in pool_config.worker_names if w in set(summary["worker"].to_list())]
+    workers = [w for w in pool_config.solo_worker_names if w in set(summary["worker"].to_list())]
     out_dir = warehouse.artifact_dir("pass_rates")
     table_path = out_dir / f"{pool_config.name}.parquet"
     rates.write_parquet(table_path)
@@ -200,11 +205,11 @@ def oracle_ceilings(
     """Oracle ceiling of the pool, each leave-one-out and best sub-pool of size <= 3, and the null pool."""
     pool_config = pool.load()
     store = warehouse.get_warehouse()
-    table = pool_ceilings(store, pool_config.name, pool_config.worker_names)
+    table = pool_ceilings(store, pool_config.name, pool_config.solo_worker_names)
     real = whole_pool_row(table)
     widest_null = widest_null_pool_row(table)
     note = null_pool_note(real, widest_null)
-    population = store.query_file("pool_population", {"pool": pool_config.name, "workers": pool_config.worker_names})
+    population = store.query_file("pool_population", {"pool": pool_config.name, "workers": pool_config.solo_worker_names})
     population_line = (
         f"Population: {population_text(population)}, every probed question of the pool that all its workers "
         "answered, on both sides of the project's train/eval split."

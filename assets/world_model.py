@@ -134,7 +134,7 @@ def world_model_report(
     model_path = world_model_path(warehouse, pool_config.name)
     if not model_path.exists():
         raise dg.Failure(f"no world model at {model_path}: materialize world_model first")
-    settings = config.evaluation_settings({pool_config.name: pool_config.worker_names})
+    settings = config.evaluation_settings({pool_config.name: pool_config.solo_worker_names})
     report = evaluate_world_model(frame, seats, settings, full_model=WorldModel.load(model_path))
     out_dir = warehouse.artifact_dir("world_model")
     png_path = out_dir / f"{pool_config.name}-reliability.png"

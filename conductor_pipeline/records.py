@@ -57,7 +57,10 @@ class CallRequest:
     """What a worker is asked: the chat turns plus the question it is about.
 
     `question` travels with every request because replay workers answer by question id,
-    whatever the subtask text says.
+    whatever the subtask text says. `visible_responses` are the responses of the earlier steps
+    the request's access list lets it see, in step order (None where a step gave no text): the
+    same results `messages` shows as chat turns, kept apart so a seat that aggregates them (the
+    vote) reads them without parsing chat text.
     """
 
     question: Question
@@ -65,6 +68,7 @@ class CallRequest:
     sample: int = 0
     temperature: float = 0.0
     max_tokens: int | None = None  # None: the seat's own floor applies
+    visible_responses: tuple[str | None, ...] = ()
 
 
 @dataclass(slots=True)
@@ -115,6 +119,8 @@ class CallRecord:
     tokens_estimated: bool = False
     finish_reason: str | None = None
     attempts: int = 1
+    # Results of earlier workflow steps the call's context held (0 for probes and single steps).
+    visible_steps: int = 0
 
 
 @dataclass(slots=True)

@@ -1,8 +1,8 @@
 """Write the replay pool files under data/pools/ from one catalogue of recorded models.
 
 Run: `.venv/bin/python scripts/make_replay_pools.py`. The catalogue below is the single place
-where a recorded model gets its short worker name, family, size and price, so the four replay
-pools agree with each other. Prices are USD per million tokens: provider list prices of the
+where a recorded model gets its short worker name, family, size and price, so the replay pools
+agree with each other. Prices are USD per million tokens: provider list prices of the
 recording's period (autumn 2024) for API models; for open-weight models a typical hosted rate
 for their size, marked "indicative" in the description.
 """
@@ -119,6 +119,19 @@ MIXED6 = [
 ]
 QWEN25 = ["Qwen2.5-3B-Instruct", "Qwen2.5-7B-Instruct", "Qwen2.5-72B-Instruct"]
 
+# The aggregator seat of replay-mixed6-vote: no model, so no replay source, family or price.
+VOTE_SEAT = {
+    "name": "majority-vote",
+    "backend": "vote",
+    "model": "majority-vote",
+    "description": (
+        "Aggregator, not a model: replies with the most common final answer among the earlier steps in its "
+        "access list (equivalent answers such as 1/2 and 0.5 count as one; a tie goes to the earliest step) and "
+        "ignores its subtask. Give it access to several workers' steps; with access to none it answers nothing. Free."
+    ),
+    "concurrency": 64,
+}
+
 # Replay answers instantly: many calls in flight cost nothing, and the governor still caps them.
 REPLAY_SEAT_CONCURRENCY = 64
 REPLAY_MAX_IN_FLIGHT = 256
@@ -181,6 +194,15 @@ def main() -> None:
             "Embedded default: six models from four families recorded by ZeroEval (Apache-2.0) on all of "
             "MATH level-5 and GSM8K test, greedy decoding, one sample per question.",
             zeroeval_seats(MIXED6),
+        ),
+    )
+    write(
+        POOLS_DIR / "replay-mixed6-vote.yaml",
+        pool_document(
+            "replay-mixed6-vote",
+            "The six replay-mixed6 models plus a majority-vote aggregator seat, so a workflow that fans out to "
+            "several workers and lets a last step see their answers can beat any single worker on recordings.",
+            [*zeroeval_seats(MIXED6), VOTE_SEAT],
         ),
     )
     write(

@@ -40,6 +40,10 @@ CREATE TABLE IF NOT EXISTS calls (
     attempts          INTEGER DEFAULT 1
 );
 
+-- Topology: how many earlier step results the call's context held (0 for probes and single
+-- steps). Rows written before the column existed keep NULL: unknown, not zero.
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS visible_steps INTEGER;
+
 CREATE TABLE IF NOT EXISTS workflows (
     workflow_id   VARCHAR PRIMARY KEY,
     run_id        VARCHAR NOT NULL,

@@ -1,5 +1,6 @@
 -- World-model training rows: every scored probe and workflow-step call with its question.
--- A call without a subtask text (a probe of the whole question) is a whole-question call.
+-- A call without a subtask text (a probe of the whole question) is a whole-question call;
+-- `visible_steps` is how many earlier step results it saw.
 SELECT
     c.question_id,
     c.worker,
@@ -11,7 +12,9 @@ SELECT
     c.correct,
     c.cost_usd,
     c.latency_s,
-    coalesce(c.tokens_estimated, FALSE) AS tokens_estimated
+    coalesce(c.tokens_estimated, FALSE) AS tokens_estimated,
+    -- A probe always answers alone; a step written before the column existed stays unknown.
+    coalesce(c.visible_steps, CASE WHEN c.kind = 'probe' THEN 0 END) AS visible_steps
 FROM calls AS c
 JOIN questions AS q USING (question_id)
 WHERE c.kind IN ('probe', 'step')

@@ -10,6 +10,11 @@ Why a workflow can end as an *infrastructure failure* rather than a wrong answer
 call stayed transient after its retries (or that replay has no recording for) says nothing
 about the routing; scoring it would punish the conductor for a provider's outage.
 
+A seat with backend `vote` answers from what it is shown: besides the chat turns, its request
+carries the visible steps' responses (`CallRequest.visible_responses`), and since it calls no model
+it takes no governor slot. Each step's `calls` row records how many earlier results it saw
+(`visible_steps`), the world model's topology feature.
+
 Recursion: a pool seat with backend `conductor` is the conductor itself. Such a step prompts
 the conductor again with the parent workflow and the answer so far; its reply is either a new
 workflow (executed one level deeper; its answer becomes the step's answer) or three empty lists
@@ -344,7 +349,8 @@ class Orchestrator:
                     sample=sample, depth=depth, index=index, record=record,
                 )
             else:
-                result = await self._call_worker(question, seat, messages, sample)
+                visible = tuple(state.outcomes[seen].response for seen in step.sees)
+                result = await self._call_worker(question, seat, messages, sample, visible)
             graded = await asyncio.to_thread(grade, result.response, question.answer) if record else None
             state.outcomes.append(
                 StepOutcome(
@@ -362,7 +368,7 @@ class Orchestrator:
                     _step_call_record(
                         result, key=workflow_id, workflow_id=root_workflow_id, run_id=run_id, question=question, step=step,
                         index=index, sample=sample, extracted=graded.extracted, correct=correct,
-                        pool=self.pool.name,
+                        pool=self.pool.name, visible_steps=len(step.sees),
                     )
                 )
             if result.status in INFRA_STATUSES:
@@ -389,13 +395,20 @@ class Orchestrator:
         return tuple(messages)
 
     async def _call_worker(
-        self, question: Question, seat: WorkerSeat, messages: tuple[ChatMessage, ...], sample: int
+        self,
+        question: Question,
+        seat: WorkerSeat,
+        messages: tuple[ChatMessage, ...],
+        sample: int,
+        visible_responses: tuple[str | None, ...] = (),
     ) -> CallResult:
         worker = self.workers[seat.name]
         request = CallRequest(
             question=question, messages=messages, sample=_sample_for(worker, sample),
-            temperature=seat.temperature, max_tokens=seat.max_tokens,
+            temperature=seat.temperature, max_tokens=seat.max_tokens, visible_responses=visible_responses,
         )
+        if seat.is_vote:  # no model is called: nothing to hold a slot or rate budget for
+            return await worker.call(request)
         async with self.governor.slot(seat.name, estimate_call_tokens(messages, seat.max_tokens)) as lease:
             result = await worker.call(request)
             if result.prompt_tokens is not None or result.completion_tokens is not None:
@@ -562,6 +575,7 @@ def _step_call_record(
     extracted: str | None,
     correct: bool | None,
     pool: str,
+    visible_steps: int,
 ) -> CallRecord:
     return CallRecord(
         call_id=stable_id("step", key, index), run_id=run_id, kind="step",
@@ -571,6 +585,7 @@ def _step_call_record(
         cost_usd=result.cost_usd, latency_s=result.latency_s, started_at=result.started_at, pool=pool,
         workflow_id=workflow_id, step=index, reasoning_tokens=result.reasoning_tokens,
         tokens_estimated=result.tokens_estimated, finish_reason=result.finish_reason, attempts=result.attempts,
+        visible_steps=visible_steps,
     )
 
 

@@ -29,6 +29,7 @@ class Backend(StrEnum):
     VLLM = "vllm"  # a local `vllm serve` started by the vLLM launcher, then called as an `openai` seat
     REPLAY = "replay"  # recorded answers of a real model (zero cost, deterministic)
     CONDUCTOR = "conductor"  # the conductor itself (recursion): answered by the conductor policy, never a Worker
+    VOTE = "vote"  # majority of the answers in the steps it sees (no model call, zero cost)
 
 
 class PoolConfigError(ValueError):
@@ -51,6 +52,12 @@ class VllmSeatConfig(BaseModel):
     max_model_len: int = Field(8192, description="Context length the server allocates KV cache for")
     dtype: str = "bfloat16"
     extra_args: list[str] = Field(default_factory=list, description="Passed verbatim to `vllm serve`")
+
+
+# Seat fields that configure a model call (an endpoint, a key, a recording, a price).
+_MODEL_CALL_FIELDS = (
+    "endpoint", "api_key_env", "replay_source", "vllm", "price_input_per_mtok", "price_output_per_mtok",
+)
 
 
 class WorkerSeat(BaseModel):
@@ -89,12 +96,29 @@ class WorkerSeat(BaseModel):
             raise ValueError("an openai seat needs `endpoint`")
         if self.is_replay and self.replay_source is None:
             raise ValueError("a replay seat needs `replay_source` (zeroeval or routerdc)")
+        if self.is_vote:
+            # A vote calls no model: a field that configures one would be silently ignored.
+            stray = [name for name in _MODEL_CALL_FIELDS if getattr(self, name)]
+            if stray:
+                raise ValueError(f"a vote seat calls no model and costs nothing; remove {stray}")
         return self
 
     @property
     def is_conductor(self) -> bool:
         """The conductor itself as a seat: the orchestrator answers it with its conductor policy, no Worker does."""
         return self.backend == Backend.CONDUCTOR
+
+    @property
+    def is_vote(self) -> bool:
+        """The aggregator: answers with the majority of the answers in the steps it is shown."""
+        return self.backend == Backend.VOTE
+
+    @property
+    def answers_alone(self) -> bool:
+        """Whether the seat can answer a question by itself. The conductor (it writes a workflow)
+        and the vote (it only aggregates what it is shown) cannot: they are not probed, have no
+        pass rates, and are no candidates for solo arms, routers or oracle ceilings."""
+        return not (self.is_conductor or self.is_vote)
 
     @property
     def is_replay(self) -> bool:
@@ -159,6 +183,12 @@ class PoolConfig(BaseModel):
     @property
     def worker_names(self) -> list[str]:
         return [w.name for w in self.workers]
+
+    @property
+    def solo_worker_names(self) -> list[str]:
+        """Seats that answer a question alone (`WorkerSeat.answers_alone`): the probe partitions,
+        and the workers of pass rates, ceilings, solo arms and routers."""
+        return [w.name for w in self.workers if w.answers_alone]
 
     def seat(self, name: str) -> WorkerSeat:
         for w in self.workers:

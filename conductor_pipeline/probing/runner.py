@@ -379,6 +379,7 @@ def probe_and_close(
     progress_log_interval_s: float = PROGRESS_LOG_INTERVAL_S,
 ) -> ProbeSummary:
     """`run_probes` from synchronous code, in a fresh event loop; every worker is closed afterwards.
+    Seats that cannot answer alone (conductor, vote) are left out, with a log line.
 
     The governor is built inside that loop (`governor_factory`), since its limits belong to one
     loop. `log` gets one line at the start and throttled progress lines, always including the last.
@@ -392,12 +393,17 @@ def probe_and_close(
             last_logged = now
             log(f"probe {pool.name}: {report.describe()}")
 
+    probed = {name: worker for name, worker in workers.items() if pool.seat(name).answers_alone}
+    not_probed = sorted(set(workers) - set(probed))
+    if not_probed:
+        log(f"not probing {not_probed}: a conductor or vote seat answers only within a workflow, never alone")
+
     async def probe() -> ProbeSummary:
         try:
             return await run_probes(
                 warehouse,
                 pool,
-                workers,
+                probed,
                 questions,
                 samples=samples,
                 sample_offset=sample_offset,
@@ -412,6 +418,6 @@ def probe_and_close(
             for worker in workers.values():
                 await worker.aclose()
 
-    log(f"probing {len(workers)} worker(s) of {pool.name} on {len(questions)} questions, "
+    log(f"probing {len(probed)} worker(s) of {pool.name} on {len(questions)} questions, "
         f"samples {sample_offset}..{sample_offset + samples - 1}")
     return asyncio.run(probe())

@@ -3,10 +3,11 @@
 The world model learns from one frame per scored call with these columns (the *training frame*):
 
     question_id, worker, subtask, problem, corpus, subject, level, correct,
-    cost_usd, latency_s, tokens_estimated
+    cost_usd, latency_s, tokens_estimated, visible_steps
 
 `subtask` is the text the worker was asked; `problem` is the whole question (a subtask equal to
-it is a whole-question call, and only then are subject and level features). The warehouse reader
+it is a whole-question call, and only then are subject and level features). `visible_steps` is
+how many earlier step results the call saw (0 for a probe; null when unknown). The warehouse reader
 is the production path; the replay reader builds the same frame from the ZeroEval recordings
 so the model can be developed and benchmarked before probing has filled the warehouse.
 """
@@ -34,7 +35,9 @@ TRAINING_COLUMNS: dict[str, pl.DataType] = {
     "cost_usd": pl.Float64(),
     "latency_s": pl.Float64(),
     "tokens_estimated": pl.Boolean(),
+    "visible_steps": pl.Int32(),
 }
+
 
 def normalize_training_frame(frame: pl.DataFrame) -> pl.DataFrame:
     """The frame with every training column present and typed (absent optional columns are null)."""
@@ -104,7 +107,8 @@ def replay_training_frame(
             "level": [q.level for q in ordered],  # type: ignore[attr-defined]
             "correct": correct,
             "tokens_estimated": [True] * raw.height,
+            "visible_steps": [0] * raw.height,  # each recording answers the question alone
         },
-        schema_overrides={"subject": pl.String, "level": pl.Int32},
+        schema_overrides={"subject": pl.String, "level": pl.Int32, "visible_steps": pl.Int32},
     )
     return normalize_training_frame(frame)

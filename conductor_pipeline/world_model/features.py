@@ -292,6 +292,10 @@ _TEXT_STAT_NAMES = [
 ]
 _WORKER_NAMES = ["worker", "family", "params_b", "log_params_b", "price_input_per_mtok", "price_output_per_mtok", "max_tokens"]
 _QUESTION_NAMES = ["whole_question", "corpus", "subject", "level"]
+# Topology: how many earlier step results the call saw. It is what a vote seat's success depends
+# on (a vote shown nothing abstains); last in the matrix, so models pickled before it still index
+# their columns correctly.
+_TOPOLOGY_NAMES = ["visible_steps"]
 
 
 def _worker_block(
@@ -323,6 +327,7 @@ class FeatureColumns:
     corpora: Sequence[str | None] | None = None
     subjects: Sequence[str | None] | None = None
     levels: Sequence[int | None] | None = None
+    visible_steps: Sequence[int | None] | None = None  # None (or a None entry): unknown
 
     @classmethod
     def from_frame(cls, frame: pl.DataFrame) -> FeatureColumns:
@@ -336,6 +341,7 @@ class FeatureColumns:
             corpora=column("corpus"),
             subjects=column("subject"),
             levels=column("level"),
+            visible_steps=column("visible_steps"),
         )
 
 
@@ -348,11 +354,12 @@ def build_features(
 ) -> tuple[np.ndarray, list[str]]:
     """The feature matrix (float32; categoricals as integer codes, NaN = unknown) and its column names.
 
-    `frame` needs `worker` and `subtask`; `problem`, `corpus`, `subject`, `level` are used when
-    present. The same function serves training and inference (scoring passes the same columns as
-    plain lists to skip frame overhead): only the fitted `text_model` and `vocabulary`, both
-    learned from training rows, carry state. Text features are computed once per distinct text
-    and worker features once per distinct worker, then gathered per row.
+    `frame` needs `worker` and `subtask`; `problem`, `corpus`, `subject`, `level` and
+    `visible_steps` are used when present. The same function serves training and inference
+    (scoring passes the same columns as plain lists to skip frame overhead): only the fitted
+    `text_model` and `vocabulary`, both learned from training rows, carry state. Text features
+    are computed once per distinct text and worker features once per distinct worker, then
+    gathered per row.
     """
     columns = FeatureColumns.from_frame(frame) if isinstance(frame, pl.DataFrame) else frame
     if vocabulary is None:
@@ -393,8 +400,16 @@ def build_features(
         question_block[:, 2] = CategoryVocabulary.encode(columns.subjects, vocabulary.subjects)
     if columns.levels is not None:
         question_block[:, 3] = np.array([np.nan if v is None else v for v in columns.levels], dtype=np.float32)
-    # Subject and level describe the whole question; for a piece of it they would mislead.
-    question_block[~whole_mask, 2:] = np.nan
+    topology_block = np.full((n_rows, len(_TOPOLOGY_NAMES)), np.nan, dtype=np.float32)
+    if columns.visible_steps is not None:
+        topology_block[:, 0] = np.array([np.nan if v is None else v for v in columns.visible_steps], dtype=np.float32)
+    # Subject and level describe the whole question; for a piece of it they would mislead. A step
+    # shown earlier results (an aggregator, the last step of a chain) answers the whole question
+    # with their help, whatever its subtask says, so for it they describe the task again.
+    sees_results = np.nan_to_num(topology_block[:, 0], nan=0.0) > 0
+    question_block[~whole_mask & ~sees_results, 2:] = np.nan
 
-    features = np.hstack([worker_block[worker_rows], text_block[text_rows], question_block]).astype(np.float32)
-    return features, _WORKER_NAMES + names + _QUESTION_NAMES
+    features = np.hstack(
+        [worker_block[worker_rows], text_block[text_rows], question_block, topology_block]
+    ).astype(np.float32)
+    return features, _WORKER_NAMES + names + _QUESTION_NAMES + _TOPOLOGY_NAMES

@@ -20,15 +20,22 @@ def prompt_predictor(
 ) -> Callable[[Question], dict[str, float]]:
     """question -> {seat name: P(success)} for the conductor prompt's catalogue.
 
-    Seats that are the conductor itself (recursion) get no number: W knows workers, not the policy.
+    Seats that cannot answer alone get no number: the conductor itself (recursion; W knows
+    workers, not the policy) and a vote (its success depends on the steps it is shown, which the
+    prompt cannot know yet).
     """
-    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
-    workers = [seat for seat in seat_list if not seat.is_conductor]
+    workers = _solo_seats(seats)
 
     def predict(question: Question) -> dict[str, float]:
         return predicted_success_for_prompt(model, question, workers)
 
     return predict
+
+
+def _solo_seats(seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat]) -> list[WorkerSeat]:
+    """The seats that answer a question alone (`WorkerSeat.answers_alone`), in order."""
+    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
+    return [seat for seat in seat_list if seat.answers_alone]
 
 
 def predicted_success_for_prompt(
@@ -51,12 +58,18 @@ def prune_zero_variance(
     """Split GRPO questions into (kept, skipped): skipped ones W predicts every worker solves
     (all P > high) or none solves (all P < low), so their rollout groups would likely carry zero
     reward variance and no gradient. Audit the skip with `audit_pruning` once rewards are known.
+    Only seats that answer alone are weighed: a vote, asked alone, has P ~ 0, which would keep
+    every question W expects all workers to solve.
     """
     if not 0 <= low < high <= 1:
         raise ValueError(f"need 0 <= low < high <= 1, got low={low}, high={high}")
     if not questions:
         return [], []
-    seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
+    seat_list = _solo_seats(seats)
+    if not seat_list:
+        raise ValueError(
+            "pruning needs at least one seat that answers alone; every seat given is a conductor or a vote"
+        )
     predicted = model.predict_success(list(questions), seat_list)
     all_solve = (predicted > high).all(axis=1)
     none_solve = (predicted < low).all(axis=1)

@@ -163,6 +163,7 @@ class WorldModel:
                 corpora=[r[2] for r in rows for _ in range(n)],
                 subjects=[r[3] for r in rows for _ in range(n)],
                 levels=[r[4] for r in rows for _ in range(n)],
+                visible_steps=[r[5] for r in rows for _ in range(n)],
             ),
             n,
             given,
@@ -173,8 +174,9 @@ class WorldModel:
     ) -> np.ndarray:
         """P(success), shape (len(subtasks), len(workers)), scored in one batch.
 
-        `subtasks` are Questions (whole-question calls, with metadata), plain subtask texts, or a
-        frame with `subtask` (and optionally problem/corpus/subject/level). Workers are seats
+        `subtasks` are Questions (whole-question calls, with metadata), plain subtask texts (both
+        asked alone: no earlier step results), or a frame with `subtask` (and optionally
+        problem/corpus/subject/level/visible_steps). Workers are seats
         (catalogue attributes come from them, so an unseen worker gets a prediction) or names of
         seats known to the model.
         """
@@ -237,15 +239,16 @@ class WorldModel:
 
 def _subtask_rows(
     subtasks: Sequence[Question | str] | pl.DataFrame,
-) -> list[tuple[str, str | None, str | None, str | None, int | None]]:
-    """(subtask, problem, corpus, subject, level) per subtask; a Question is a whole-question call."""
+) -> list[tuple[str, str | None, str | None, str | None, int | None, int | None]]:
+    """(subtask, problem, corpus, subject, level, visible_steps) per subtask; a Question is a
+    whole-question call, and a Question or a plain text is asked alone (0 visible steps)."""
     if isinstance(subtasks, pl.DataFrame):
         frame = normalize_training_frame(subtasks.with_columns(worker=pl.lit("")) if "worker" not in subtasks.columns else subtasks)
-        return list(frame.select("subtask", "problem", "corpus", "subject", "level").iter_rows())
+        return list(frame.select("subtask", "problem", "corpus", "subject", "level", "visible_steps").iter_rows())
     return [
-        (item.problem, item.problem, item.corpus, item.subject, item.level)
+        (item.problem, item.problem, item.corpus, item.subject, item.level, 0)
         if isinstance(item, Question)
-        else (item, None, None, None, None)
+        else (item, None, None, None, None, 0)
         for item in subtasks
     ]
 

@@ -88,7 +88,7 @@ POOL_CASES = {
     "unknown field": ("name: p\nworkers:\n" + SEAT + "    colour: red\n", ["workers[0] (worker 'q4').colour", "Extra inputs"]),
     "unknown backend": (
         "name: p\nworkers:\n" + SEAT.replace("openai", "anthropic-direct"),
-        ["workers[0] (worker 'q4').backend", "'openai', 'vllm', 'replay' or 'conductor'"],
+        ["workers[0] (worker 'q4').backend", "'openai', 'vllm', 'replay', 'conductor' or 'vote'"],
     ),
     "openai seat without endpoint": (
         "name: p\nworkers:\n  - name: q9\n    backend: openai\n    model: m\n    description: d\n",

@@ -32,6 +32,13 @@ def _replay(seat: WorkerSeat, pool: PoolConfig, **kwargs: Any) -> Worker:
     return ReplayWorker(seat, **kwargs)
 
 
+def _vote(seat: WorkerSeat, pool: PoolConfig, **kwargs: Any) -> Worker:
+    # Backend options (e.g. replay's `data_path`) are meant for the seats that call something.
+    from conductor_pipeline.pools.backends.vote import VoteWorker  # noqa: PLC0415
+
+    return VoteWorker(seat)
+
+
 def _no_worker_for_the_conductor(seat: WorkerSeat, pool: PoolConfig, **kwargs: Any) -> Worker:
     raise NotImplementedError(
         f"pool {pool.name!r}, worker {seat.name!r}: a `conductor` seat (the conductor calling itself, "
@@ -45,6 +52,7 @@ WORKER_BUILDERS: Mapping[Backend, WorkerBuilder] = {
     Backend.VLLM: _openai_compatible,
     Backend.REPLAY: _replay,
     Backend.CONDUCTOR: _no_worker_for_the_conductor,
+    Backend.VOTE: _vote,
 }
 
 

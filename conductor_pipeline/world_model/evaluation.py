@@ -491,6 +491,13 @@ def family_fallback_note(workers: Sequence[str], families: Mapping[str, str]) ->
             f"({', '.join(alone)}): for each, {why}. It differs only for {', '.join(informed)}.")
 
 
+def question_folds(frame: pl.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train rows, test rows) per fold, grouped by question: no question is on both sides."""
+    groups = frame["question_id"].to_numpy()
+    folds = GroupKFold(n_splits=min(n_folds, len(np.unique(groups))))
+    return list(folds.split(np.zeros(frame.height), groups=groups))
+
+
 def _out_of_fold(
     frame: pl.DataFrame,
     seats: Mapping[str, WorkerSeat],
@@ -647,11 +654,8 @@ def evaluate_world_model(
     here) only supplies the summary, never a prediction that is scored."""
     settings = settings or EvaluationSettings()
     frame = normalize_training_frame(frame).filter(pl.col("correct").is_not_null())
-    question_groups = frame["question_id"].to_numpy()
-    question_folds = GroupKFold(n_splits=min(settings.question_folds, len(np.unique(question_groups))))
     predictions, cost = _out_of_fold(
-        frame, seats, settings, folds=list(question_folds.split(np.zeros(frame.height), groups=question_groups)),
-        held_out_workers=False,
+        frame, seats, settings, folds=question_folds(frame, settings.question_folds), held_out_workers=False
     )
     splits = [
         _split_report(
@@ -794,7 +798,6 @@ def evaluate_aggregator_steps(
     if not frame["worker"].is_in(aggregator_workers(seats)).any():
         return None
     predictions, _ = _out_of_fold(
-        frame, seats, settings, groups=frame["question_id"].to_numpy(), n_folds=settings.question_folds,
-        held_out_workers=False,
+        frame, seats, settings, folds=question_folds(frame, settings.question_folds), held_out_workers=False
     )
     return score_aggregator_steps(frame, predictions, seats, settings)

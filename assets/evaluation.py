@@ -48,6 +48,7 @@ from conductor_pipeline.evaluation.tables import (
     running_gap,
     worker_usage,
 )
+from conductor_pipeline.grading.regrade import StaleGradesError, require_current_grades
 from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.splits import split_fingerprint, split_of
@@ -280,6 +281,10 @@ def eval_tables(
     """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), usage, parse codes,
     the running gap and the decomposition of each conductor's gap to the best single worker."""
     store = warehouse.get_warehouse()
+    try:
+        require_current_grades(store, run_id=eval_arms.run_id)
+    except StaleGradesError as exc:
+        raise dg.Failure(str(exc)) from exc
     workflows = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})
     if workflows.is_empty():
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from conductor_pipeline.grading.version import GRADER_VERSION
+
 
 @dataclass(frozen=True, slots=True)
 class Question:
@@ -115,6 +117,12 @@ class CallRecord:
     tokens_estimated: bool = False
     finish_reason: str | None = None
     attempts: int = 1
+    # The grader whose rules gave `correct`: stamped with the current one whenever there is a verdict.
+    grader_version: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.correct is not None and self.grader_version is None:
+            self.grader_version = GRADER_VERSION
 
 
 @dataclass(slots=True)
@@ -136,6 +144,12 @@ class WorkflowRecord:
     arm: str | None = None
     repeat: int = 0
     infra_failure: bool = False
+    # As on `CallRecord`: the grader whose rules gave `correct`.
+    grader_version: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.correct is not None and self.grader_version is None:
+            self.grader_version = GRADER_VERSION
 
 
 def stable_id(*parts: object) -> str:

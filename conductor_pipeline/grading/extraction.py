@@ -24,6 +24,7 @@ MAX_BARE_ANSWER_CHARS = 40
 # --- extraction --------------------------------------------------------------------------------
 
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 _ANSWER_KEY_RE = re.compile(r'(?<!\\)"answer"\s*:\s*', re.IGNORECASE)
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
 _TRAILING_PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is|:)|\banswer\s*(?:is|:))\s*:?\s*", re.IGNORECASE)
@@ -77,11 +78,30 @@ class BoxGroup(NamedTuple):
     boxes: int  # how many distinct boxes were read together
 
 
+def _brace_group_ends(text: str) -> dict[int, int]:
+    """Index of each ``{`` -> index just past its matching ``}`` (escaped braces ignored).
+
+    One pass for the whole text, so many unclosed boxes cost no more than one.
+    """
+    opened: list[int] = []
+    ends: dict[int, int] = {}
+    for token in _BRACE_TOKEN_RE.finditer(text):
+        if token.group() == "{":
+            opened.append(token.start())
+        elif token.group() == "}" and opened:
+            ends[opened.pop()] = token.end()
+    return ends
+
+
 def _complete_boxes(text: str) -> list[tuple[int, int, str]]:
     """(start, end, content) of every ``\\boxed{...}`` / ``\\fbox{...}`` whose braces close."""
+    matches = list(_BOXED_RE.finditer(text))
+    if not matches:
+        return []
+    ends = _brace_group_ends(text)
     boxes = []
-    for match in _BOXED_RE.finditer(text):
-        end = balanced_brace_end(text, match.end() - 1)
+    for match in matches:
+        end = ends.get(match.end() - 1)
         if end is not None:
             boxes.append((match.start(), end, text[match.end() : end - 1]))
     return boxes

@@ -20,6 +20,10 @@ MAX_BOX_GAP_CHARS = 40
 MAX_SENTENCE_ANSWER_CHARS = 80
 # A response this short, on one line and without prose, is itself the answer ("42", "\frac{1}{2}").
 MAX_BARE_ANSWER_CHARS = 40
+# End-of-turn tokens are looked for in this tail of a response.
+TEMPLATE_TAIL_WINDOW = 120
+# A closing math span longer than this is a derivation, not an answer.
+MAX_SPAN_ANSWER_CHARS = 400
 
 # --- extraction --------------------------------------------------------------------------------
 
@@ -294,8 +298,13 @@ def _closing_final_answer(response: str, after: int) -> str | None:
 
 
 def _without_template_tail(response: str) -> str:
-    """The response without a trailing end-of-turn token (``<|im_start|>user``) or blanks."""
-    return _TEMPLATE_TAIL_RE.sub("", response.rstrip()).rstrip()
+    """The response without a trailing end-of-turn token (``<|im_start|>user``) or blanks.
+
+    Only the last `TEMPLATE_TAIL_WINDOW` characters are searched, so the regex stays cheap.
+    """
+    text = response.rstrip()
+    head, tail = text[:-TEMPLATE_TAIL_WINDOW], text[-TEMPLATE_TAIL_WINDOW:]
+    return (head + _TEMPLATE_TAIL_RE.sub("", tail)).rstrip()
 
 
 def _last_math_span(text: str) -> tuple[int, int, int] | None:
@@ -344,7 +353,7 @@ def _closing_math_span(response: str) -> str | None:
     if not (ended_turn or after or content_start <= MAX_BARE_ANSWER_CHARS):
         return None
     content = text[content_start:content_end]
-    if PROSE_RE.search(_TEXT_COMMAND_RE.sub(" ", content)):
+    if len(content) > MAX_SPAN_ANSWER_CHARS or PROSE_RE.search(_TEXT_COMMAND_RE.sub(" ", content)):
         return None
     return _clean(content)
 

@@ -194,6 +194,9 @@ def test_a_listing_comma_is_not_a_thousands_separator() -> None:
         "\\(" * 100_000,
         "$a$ " * 50_000 + "final answer is " * 10_000,
         "Final answer: \\boxed{1}" + " final answer is" * 20_000,
+        "<|a|> " * 50_000 + "x",
+        "<|a|>" + " " * 100_000 + "$x",
+        "So it is $" + "a" * 100_000 + "$.",
     ],
 )
 def test_extraction_of_hostile_text_is_fast(hostile: str) -> None:

@@ -92,15 +92,25 @@ def main() -> None:
     rules = [read_answer(response).rule for response in responses]
     print(f"rows: {frame.height}; old grader ({args.old_ref}) {old_s:.1f} s, new grader {new_s:.1f} s")
 
+    print("rules that read the answers now: " + ", ".join(f"{rule} {n}" for rule, n in Counter(rules).most_common()))
+
     flips: dict[str, list[int]] = defaultdict(list)
-    reread = Counter()
+    reread: dict[str, list[int]] = defaultdict(list)
     for index, (old_answer, old_correct) in enumerate(old.iter_rows()):
         graded = new[index]
         if graded.correct != old_correct:
             flips[classify(old_answer, graded.extracted, rules[index])].append(index)
         elif graded.extracted != old_answer:
-            reread[classify(old_answer, graded.extracted, rules[index])] += 1
+            reread[classify(old_answer, graded.extracted, rules[index])].append(index)
     benchmarks = frame["benchmark"].to_list()
+
+    def show(rows: list[int]) -> None:
+        for index in random.Random(SAMPLE_SEED).sample(rows, min(args.examples, len(rows))):
+            tail = (responses[index] or "")[-160:].replace("\n", "\\n")
+            print(f"    gold={normalize_gold(golds[index])!r} old={old['extracted'][index]!r} "
+                  f"new={new[index].extracted!r} now {'correct' if new[index].correct else 'wrong'} "
+                  f"model={frame['model_file'][index]}\n      tail: ...{tail}")
+
     total = sum(len(rows) for rows in flips.values())
     gained = sum(new[i].correct for rows in flips.values() for i in rows)
     print(f"verdict flips: {total} ({gained} wrong -> correct, {total - gained} correct -> wrong)")
@@ -109,14 +119,11 @@ def main() -> None:
         split = Counter(benchmarks[i] for i in rows)
         print(f"- {name}: {len(rows)} ({up} wrong -> correct, {len(rows) - up} correct -> wrong; "
               f"{', '.join(f'{b} {n}' for b, n in sorted(split.items()))})")
-        for index in random.Random(SAMPLE_SEED).sample(rows, min(args.examples, len(rows))):
-            tail = (responses[index] or "")[-160:].replace("\n", "\\n")
-            print(f"    gold={normalize_gold(golds[index])!r} old={old['extracted'][index]!r} "
-                  f"new={new[index].extracted!r} now {'correct' if new[index].correct else 'wrong'} "
-                  f"model={frame['model_file'][index]}\n      tail: ...{tail}")
-    print(f"answers read differently, same verdict: {sum(reread.values())}")
-    for name, count in reread.most_common():
-        print(f"- {name}: {count}")
+        show(rows)
+    print(f"answers read differently, same verdict: {sum(len(rows) for rows in reread.values())}")
+    for name, rows in sorted(reread.items(), key=lambda item: -len(item[1])):
+        print(f"- {name}: {len(rows)}")
+        show(rows)
 
 
 if __name__ == "__main__":

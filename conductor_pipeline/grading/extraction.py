@@ -82,14 +82,12 @@ class BoxGroup(NamedTuple):
     boxes: int  # how many distinct boxes were read together
 
 
-def _brace_group_ends(text: str) -> dict[int, int]:
-    """Index of each ``{`` -> index just past its matching ``}`` (escaped braces ignored).
-
-    One pass for the whole text, so many unclosed boxes cost no more than one.
-    """
+def _brace_group_ends(text: str, start: int) -> dict[int, int]:
+    """Index of each ``{`` from ``start`` on -> index just past its matching ``}`` (escaped braces
+    ignored). One pass, so many unclosed boxes cost no more than one."""
     opened: list[int] = []
     ends: dict[int, int] = {}
-    for token in _BRACE_TOKEN_RE.finditer(text):
+    for token in _BRACE_TOKEN_RE.finditer(text, start):
         if token.group() == "{":
             opened.append(token.start())
         elif token.group() == "}" and opened:
@@ -102,7 +100,7 @@ def _complete_boxes(text: str) -> list[tuple[int, int, str]]:
     matches = list(_BOXED_RE.finditer(text))
     if not matches:
         return []
-    ends = _brace_group_ends(text)
+    ends = _brace_group_ends(text, matches[0].start())
     boxes = []
     for match in matches:
         end = ends.get(match.end() - 1)
@@ -343,6 +341,8 @@ def _closing_math_span(response: str) -> str | None:
     """
     text = _without_template_tail(response)
     ended_turn = len(text) < len(response.rstrip())
+    if not text.rstrip(".!").rstrip().endswith(("$", "\\)", "\\]")):
+        return None  # cheap refusal before pairing every delimiter of the text
     span = _last_math_span(text)
     if span is None:
         return None

@@ -121,8 +121,7 @@ class CallRecord:
     grader_version: str | None = None
 
     def __post_init__(self) -> None:
-        if self.correct is not None and self.grader_version is None:
-            self.grader_version = GRADER_VERSION
+        self.grader_version = grader_of(self.correct, self.grader_version)
 
 
 @dataclass(slots=True)
@@ -148,8 +147,15 @@ class WorkflowRecord:
     grader_version: str | None = None
 
     def __post_init__(self) -> None:
-        if self.correct is not None and self.grader_version is None:
-            self.grader_version = GRADER_VERSION
+        self.grader_version = grader_of(self.correct, self.grader_version)
+
+
+def grader_of(correct: bool | None, recorded: str | None) -> str | None:
+    """The grader version a row records: as given, else the current grader's when there is a
+    verdict (a record built now was graded by today's rules), else none."""
+    if recorded is not None or correct is None:
+        return recorded
+    return GRADER_VERSION
 
 
 def stable_id(*parts: object) -> str:

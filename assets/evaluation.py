@@ -43,6 +43,7 @@ from conductor_pipeline.evaluation.slices import (
     find_leaks,
     training_question_ids,
 )
+from conductor_pipeline.grading.regrade import StaleGradesError, require_current_grades
 from conductor_pipeline.pools.backends.base import RecordedWorker
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.splits import split_fingerprint, split_of
@@ -377,6 +378,10 @@ def eval_tables(
     the best single worker, the conductor's verdict, the cost story, the routing summary, usage,
     parse codes, the running gap and the decomposition of each conductor's gap."""
     store = warehouse.get_warehouse()
+    try:
+        require_current_grades(store, run_id=eval_arms.run_id)
+    except StaleGradesError as exc:
+        raise dg.Failure(str(exc)) from exc
     workflows = store.query_file("eval_workflows", {"run_id": eval_arms.run_id})
     if workflows.is_empty():
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from assets.metadata import png_markdown
 from conductor_pipeline.corpora.summaries import population_text
+from conductor_pipeline.grading.regrade import StaleGradesError
 from conductor_pipeline.plots import pass_rate_plot
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.probing.ceilings import pool_ceilings, whole_pool_row, widest_null_pool_row
@@ -162,7 +163,10 @@ def pass_rates(
     """Per question x worker pass rates with 95% intervals; per worker accuracy, status rates, tokens, cost."""
     pool_config = pool.load()
     store = warehouse.get_warehouse()
-    rates = pass_rate_table(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.solo_worker_names))
+    try:
+        rates = pass_rate_table(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.solo_worker_names))
+    except StaleGradesError as exc:
+        raise dg.Failure(str(exc)) from exc
     summary = worker_summary(store, pool_config.name).filter(pl.col("worker").is_in(pool_config.solo_worker_names))
     if rates.is_empty():
         raise dg.Failure(f"no scored probe calls for pool {pool_config.name!r}: materialize probe_calls first")
@@ -205,7 +209,10 @@ def oracle_ceilings(
     """Oracle ceiling of the pool, each leave-one-out and best sub-pool of size <= 3, and the null pool."""
     pool_config = pool.load()
     store = warehouse.get_warehouse()
-    table = pool_ceilings(store, pool_config.name, pool_config.solo_worker_names)
+    try:
+        table = pool_ceilings(store, pool_config.name, pool_config.solo_worker_names)
+    except StaleGradesError as exc:
+        raise dg.Failure(str(exc)) from exc
     real = whole_pool_row(table)
     widest_null = widest_null_pool_row(table)
     note = null_pool_note(real, widest_null)

@@ -29,7 +29,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conductor_pipeline.corpora.sources import resolve_data_file  # noqa: E402
-from conductor_pipeline.grading import _canonical, _latex_for_parse, grade_many, is_equivalent, normalize_gold  # noqa: E402
+from conductor_pipeline.grading import grade_many, is_equivalent, normalize_gold  # noqa: E402
+from conductor_pipeline.grading.equivalence import _canonical, _latex_for_parse  # noqa: E402
 
 TELEMETRY_FILE = resolve_data_file("zeroeval_outputs")  # the registry's file, sha256-checked
 SAMPLE_SEED = 20240924  # fixed so the baseline sample is the same rows in every run

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from conductor_pipeline.grading.version import GRADER_VERSION
+
 
 @dataclass(frozen=True, slots=True)
 class Question:
@@ -121,6 +123,11 @@ class CallRecord:
     attempts: int = 1
     # Results of earlier workflow steps the call's context held (0 for probes and single steps).
     visible_steps: int = 0
+    # The grader whose rules gave `correct`: stamped with the current one whenever there is a verdict.
+    grader_version: str | None = None
+
+    def __post_init__(self) -> None:
+        self.grader_version = grader_of(self.correct, self.grader_version)
 
 
 @dataclass(slots=True)
@@ -142,6 +149,19 @@ class WorkflowRecord:
     arm: str | None = None
     repeat: int = 0
     infra_failure: bool = False
+    # As on `CallRecord`: the grader whose rules gave `correct`.
+    grader_version: str | None = None
+
+    def __post_init__(self) -> None:
+        self.grader_version = grader_of(self.correct, self.grader_version)
+
+
+def grader_of(correct: bool | None, recorded: str | None) -> str | None:
+    """The grader version a row records: as given, else the current grader's when there is a
+    verdict (a record built now was graded by today's rules), else none."""
+    if recorded is not None or correct is None:
+        return recorded
+    return GRADER_VERSION
 
 
 def stable_id(*parts: object) -> str:

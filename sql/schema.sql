@@ -43,6 +43,11 @@ CREATE TABLE IF NOT EXISTS calls (
 -- Topology: how many earlier step results the call's context held (0 for probes and single
 -- steps). Rows written before the column existed keep NULL: unknown, not zero.
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS visible_steps INTEGER;
+-- The grader whose rules gave `correct` (conductor_pipeline.grading.GRADER_VERSION). Rows that
+-- existed before the column get '1' (the grader before versions were recorded); rows written
+-- without a version get the current one. The default below must equal GRADER_VERSION.
+ALTER TABLE calls ADD COLUMN IF NOT EXISTS grader_version VARCHAR DEFAULT '1';
+ALTER TABLE calls ALTER COLUMN grader_version SET DEFAULT '2';
 
 CREATE TABLE IF NOT EXISTS workflows (
     workflow_id   VARCHAR PRIMARY KEY,
@@ -61,6 +66,10 @@ CREATE TABLE IF NOT EXISTS workflows (
     repeat        INTEGER DEFAULT 0,
     infra_failure BOOLEAN DEFAULT FALSE
 );
+
+-- As on `calls`: the grader whose rules gave `correct`.
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS grader_version VARCHAR DEFAULT '1';
+ALTER TABLE workflows ALTER COLUMN grader_version SET DEFAULT '2';
 
 CREATE TABLE IF NOT EXISTS training_steps (
     run_id             VARCHAR NOT NULL,

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-from conductor_pipeline.grading.extraction import PLAIN_NUMBER_RE, balanced_brace_end, extract_answer, normalize_gold
+from conductor_pipeline.grading.extraction import (
+    PLAIN_NUMBER_RE,
+    PROSE_RE,
+    balanced_brace_end,
+    extract_answer,
+    normalize_gold,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +44,13 @@ CACHE_SIZE = 200_000
 _FRACTION_RE = re.compile(r"^([+-]?)\\frac\{(\d+)\}\{(\d+)\}$|^([+-]?)(\d+)/(\d+)$")
 _CHOICE_RE = re.compile(r"^(?:\\text\{)?\(?([A-Ea-e])\)?\}?[.:]?$")
 _UNIT_WORDS_RE = re.compile(r"^(.*?\d)\s*(?:\\text\{\s*[a-zA-Z ]+\}|[a-zA-Z][a-zA-Z ]*)$")
-_PROSE_RE = re.compile(r"(?<![\\a-zA-Z])[A-Za-z]{3,}\s+[A-Za-z]{2,}")
 # Anything that could make text compute to a number it does not spell out: operators, LaTeX,
 # brackets, non-ASCII (x, sqrt, superscripts), exponents, digits separated by blanks ("2 3").
 _COULD_COMPUTE_RE = re.compile(r"[^\x00-\x7f]|[\\^*/+()\[\]{}!%|<>_-]|\d\s+\d|\d[eE]|\d\s*,\s*\d")
 _NUMBER_TOKEN_RE = re.compile(r"\d+(?:\.\d+)?")
+# "2, 500" lists two numbers (boxes read together are joined this way); thousands separators
+# never have a blank after the comma.
+_LISTING_COMMA_RE = re.compile(r"\d\s*,\s+\d")
 _NON_UNIT_WORDS = {"pi", "i", "e", "sqrt", "x", "y", "z", "n", "k"}
 
 
@@ -117,9 +125,11 @@ def _fast_verdict(predicted: str, gold: str) -> bool | None:
     gold_number = _as_number(gold_c)
     if gold_number is None:
         return None
-    pred_number = _as_number(pred_c)
-    if pred_number is None:
-        pred_number = _as_number(_strip_units(pred_c))
+    pred_number = None
+    if not _LISTING_COMMA_RE.search(predicted):
+        pred_number = _as_number(pred_c)
+        if pred_number is None:
+            pred_number = _as_number(_strip_units(pred_c))
     if pred_number is None:
         if not _COULD_COMPUTE_RE.search(predicted) and all(
             Fraction(token) != gold_number for token in _NUMBER_TOKEN_RE.findall(predicted)
@@ -148,7 +158,7 @@ def _latex_for_parse(answer: str) -> str:
     symbol, while bare text lets math-verify take its last number.
     """
     text = answer.strip()
-    if "$" in text or "\\boxed" in text or "\\(" in text or "\\[" in text or _PROSE_RE.search(text):
+    if "$" in text or "\\boxed" in text or "\\(" in text or "\\[" in text or PROSE_RE.search(text):
         return text
     return f"${text}$"
 

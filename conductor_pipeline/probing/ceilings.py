@@ -19,6 +19,7 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 
+from conductor_pipeline.grading.regrade import require_current_grades
 from conductor_pipeline.warehouse import Warehouse, sql_row_over_frames
 
 # Sub-pools searched exhaustively up to this size: small sub-pools are the cheap deployments worth
@@ -178,7 +179,9 @@ def null_pool_table(
 def pool_ceilings(
     warehouse: Warehouse, pool: str, workers: Sequence[str], *, max_subpool_size: int = MAX_SUBPOOL_SIZE
 ) -> pl.DataFrame:
-    """The full table for a probed pool: real (sub-)pools, then the null pools."""
+    """The full table for a probed pool: real (sub-)pools, then the null pools (`StaleGradesError`
+    when the pool holds verdicts of an older grader)."""
+    require_current_grades(warehouse, pool=pool)
     outcomes = warehouse.query_file("pool_outcomes", {"pool": pool})
     samples = warehouse.query_file("probe_sample_outcomes", {"pool": pool})
     samples = samples.filter(pl.col("worker").is_in(list(workers)))

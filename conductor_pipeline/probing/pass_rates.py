@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from conductor_pipeline.grading.regrade import require_current_grades
 from conductor_pipeline.stats import wilson_interval
 from conductor_pipeline.warehouse import Warehouse
 
@@ -19,7 +20,11 @@ def with_interval(frame: pl.DataFrame, successes: str, trials: str, prefix: str)
 
 
 def pass_rate_table(warehouse: Warehouse, pool: str) -> pl.DataFrame:
-    """question_id, worker, samples, successes, pass_rate, pass_rate_low, pass_rate_high."""
+    """question_id, worker, samples, successes, pass_rate, pass_rate_low, pass_rate_high.
+
+    Raises `StaleGradesError` when the pool holds verdicts of an older grader.
+    """
+    require_current_grades(warehouse, pool=pool)
     frame = warehouse.query_file("pass_rates", {"pool": pool})
     return with_interval(frame, "successes", "samples", "pass_rate")
 

@@ -93,7 +93,7 @@ def test_extracts_answers_real_models_wrote(response: str, expected: str) -> Non
 
 
 def test_the_last_boxed_wins_and_braces_balance() -> None:
-    text = "First \\boxed{1}, then \\boxed{\\frac{1}{\\sqrt{2}}} and \\fbox{\\{1, 2\\}}."
+    text = "First \\boxed{1}, then \\boxed{\\frac{1}{\\sqrt{2}}} and finally \\fbox{\\{1, 2\\}}."
     assert extract_answer(text) == "\\{1, 2\\}"
     assert extract_answer("so \\boxed{\\dfrac{3}{4}}") == "\\dfrac{3}{4}"
 

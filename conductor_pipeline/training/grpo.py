@@ -13,6 +13,7 @@ What this relies on in TRL 1.16 (trl/trainer/grpo_trainer.py) and transformers' 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +46,7 @@ def step_row(global_step: int, logs: dict[str, Any], parse_counts: dict[str, int
         "reward_std": logs.get("reward_std"),
         "frac_zero_std": logs.get("frac_reward_zero_std"),
         "frac_groups_no_signal": logs.get("conductor/frac_groups_no_signal"),
+        "frac_same_correctness": logs.get("conductor/frac_same_correctness"),
         "parse_fail_rate": logs.get("conductor/parse_fail_rate"),
         "infra_fail_rate": logs.get("conductor/infra_fail_rate"),
         "completion_length_mean": logs.get("completions/mean_length"),
@@ -67,13 +69,25 @@ def _make_callbacks(
     from transformers import TrainerCallback
 
     class StepRowCallback(TrainerCallback):
-        """Turns each training log into a step row; `on_step` returning True stops (and saves)."""
+        """Turns each training log into a step row; `on_step` returning True stops (and saves).
+
+        `step_seconds` is the wall time since the previous row (or the start of training): the
+        whole step, including what `on_step` did for the previous one.
+        """
+
+        last_row_at = time.perf_counter()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.last_row_at = time.perf_counter()
+            return control
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "reward" not in logs:  # skip the end-of-train summary log
                 return control
             drain = getattr(reward_fn, "drain_counts", None)
             row = step_row(state.global_step, logs, drain() if drain else {}, group_size)
+            now = time.perf_counter()
+            row["step_seconds"], self.last_row_at = now - self.last_row_at, now
             rows.append(row)
             if on_step is not None and on_step(row):
                 stop_flag["stopped"] = True
@@ -157,6 +171,7 @@ def train_grpo(
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=_make_callbacks(on_step, reward_fn, settings.num_generations, rows, stop_flag),
+        peft_config=settings.peft_config(),
     )
     try:
         trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)

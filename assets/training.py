@@ -17,7 +17,7 @@ latest probe run. Training steps run in the Dagster concurrency pool `gpu` (one 
 """
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -71,8 +71,8 @@ from conductor_pipeline.training.synthetic import warm_start_pairs
 from conductor_pipeline.training.telemetry import (
     PARSE_CHECK_AFTER,
     PARSE_CHECK_BEFORE,
-    BackgroundWriter,
     RolloutLog,
+    RowBuffer,
     rollout_row_counts,
 )
 from conductor_pipeline.warehouse import Warehouse
@@ -129,13 +129,13 @@ def _executor(
 
 
 @contextmanager
-def _telemetry(store: Warehouse) -> Iterator[BackgroundWriter]:
-    """The writer a step's rollouts are recorded through; everything queued is written before the step ends."""
-    writer = BackgroundWriter(store)
+def _telemetry(store: Warehouse) -> Iterator[RowBuffer]:
+    """The buffer a step's rollouts are recorded through; everything held is written before the step ends."""
+    writer = RowBuffer(store)
     try:
         yield writer
     finally:
-        writer.close()
+        writer.flush()
 
 
 def _policy_name(model: Path | str) -> str:
@@ -171,7 +171,8 @@ def _telemetry_metadata(store: Warehouse, run_id: str) -> dict[str, dg.MetadataV
 
 
 def _run_metadata(
-    telemetry: RunTelemetry, run_id: str, title: str, png_path: Path, threshold: float | None, log
+    telemetry: RunTelemetry, run_id: str, title: str, png_path: Path, threshold: float | None,
+    report_error: Callable[[str], object],
 ) -> dict[str, dg.MetadataValue]:
     """A GRPO or probe run's curves, its first half against its second, and its rollout telemetry
     checked against its `training_steps` rows (a mismatch is logged as an error)."""
@@ -184,7 +185,7 @@ def _run_metadata(
     last = frame.row(-1, named=True)
     codes = parse_code_totals(frame["parse_codes"].to_list())
     if telemetry.mismatches:
-        log.error(f"{run_id}: rollout rows in `workflows` disagree with training_steps.parse_codes: {telemetry.mismatches}")
+        report_error(f"{run_id}: rollout rows in `workflows` disagree with training_steps.parse_codes: {telemetry.mismatches}")
     metadata = {
         "curves": png_markdown(png, title),
         "curves_path": dg.MetadataValue.path(str(png_path)),
@@ -437,7 +438,7 @@ def grpo_probe_run(
             **({"pruned_questions": dg.MetadataValue.int(len(training.skipped))} if pruning else {}),
             **_run_metadata(
                 telemetry, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
-                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold, context.log,
+                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold, context.log.error,
             ),
         }
     )
@@ -519,7 +520,7 @@ def conductor_checkpoint(
             **_probe_audit_metadata(manifest),
             **_run_metadata(
                 run_telemetry(store, run_id), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
-                output_dir / "curves.png", trainer.zero_variance_threshold, context.log,
+                output_dir / "curves.png", trainer.zero_variance_threshold, context.log.error,
             ),
         }
     )

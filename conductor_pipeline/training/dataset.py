@@ -227,7 +227,7 @@ def audit_skipped(
         executor.log = replace(probe_log, phase=PRUNE_AUDIT)
     try:
         asyncio.run(rollouts())
-        executor.drain()
+        executor.write_rows()
     finally:
         executor.log = probe_log
     rewards = executor.observed_rewards(settings.reward_variant)

@@ -117,9 +117,9 @@ class PoolExecutor:
 
     With a `log` (a `RolloutLog`) every rollout is recorded like an evaluation workflow (its
     `workflows` row and the `calls` of the conductor and of each executed step), tagged with the
-    log's phase, the optimizer step and its position in the step's batch; `flush` queues what is
-    buffered, `drain` waits until it is written. Without one nothing is recorded. Each verdict is
-    also kept in memory per question (`observed`) for the pruning audit.
+    log's phase, the optimizer step and its position in the step's batch; `flush` hands what the
+    orchestrators buffered to the log's `RowBuffer`, `write_rows` writes it. Without a log nothing is
+    recorded. Each verdict is also kept in memory per question (`observed`) for the pruning audit.
 
     Orchestrators and governors are built per event loop: asyncio primitives bind to the loop that
     first waits on them, and TRL awaits async rewards on its own loop thread.
@@ -149,7 +149,7 @@ class PoolExecutor:
     def _orchestrator(self) -> Orchestrator:
         """The orchestrator of this event loop and of the log's writer (one governor per loop)."""
         loop_id = id(asyncio.get_running_loop())
-        writer = self.log.writer if self.log is not None else None
+        writer = self.log.buffer if self.log is not None else None
         key = (loop_id, id(writer))
         if key not in self._orchestrators:
             governor = self._governors.setdefault(loop_id, Governor.from_pool(self.pool))
@@ -182,14 +182,14 @@ class PoolExecutor:
         return verdict
 
     async def flush(self) -> None:
-        """Queue every buffered row for writing (one batch per reward call, not per rollout)."""
+        """Hand the orchestrators' rows to the log's buffer (at the end of each reward call)."""
         for orchestrator in list(self._orchestrators.values()):
             await orchestrator.flush()
 
-    def drain(self) -> None:
-        """Wait until every queued row is in the warehouse (before a checkpoint, before reading back)."""
+    def write_rows(self) -> None:
+        """Write every held row to the warehouse (before a checkpoint, at the end of a run, before reading back)."""
         if self.log is not None:
-            self.log.writer.drain()
+            self.log.buffer.flush()
 
     def _expected(self, question: Question, worker: str | None) -> float | None:
         if self.predict_success is None or worker is None:
@@ -256,6 +256,6 @@ def parse_check(
 
     codes = Counter(asyncio.run(check()))
     if executor is not None:
-        executor.drain()
+        executor.write_rows()
     total = sum(codes.values())
     return (codes[PARSE_OK] / total if total else 0.0), dict(codes.most_common())

@@ -207,7 +207,9 @@ def run_pool_grpo(
 ) -> TrainingOutcome:
     """GRPO on the training set with rollouts executed against the pool; one warehouse row per step.
 
-    Stops early (with a checkpoint) once `time_limit_s` has passed; `log` gets the progress lines.
+    The rollouts the executor records are written before each checkpoint and when the run ends
+    (`PoolExecutor.write_rows`). Stops early (with a checkpoint) once `time_limit_s` has passed; `log`
+    gets the progress lines.
     """
     rows = training.prompt_rows(settings)
     reward = make_conductor_reward(
@@ -219,7 +221,6 @@ def run_pool_grpo(
     first_step: list[int] = []
 
     def on_step(step: dict) -> bool:
-        executor.drain()  # the step's rollouts first (written while it took its gradient step), then its row
         training.store.insert("training_steps", [training_steps_row(run_id, phase, step)])
         first_step[:1] = first_step[:1] or [step["step"]]
         elapsed = time.monotonic() - started
@@ -237,4 +238,9 @@ def run_pool_grpo(
         f"{phase} {run_id}: {len(rows)} prompts, {settings.questions_per_step} questions x "
         f"{settings.num_generations} rollouts per step, {settings.max_steps} steps, output {output_dir}"
     )
-    return train_grpo(model_path, rows, reward, settings, output_dir, on_step=on_step, resume=resume)
+    try:
+        return train_grpo(
+            model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=executor.write_rows, resume=resume
+        )
+    finally:
+        executor.write_rows()  # the rollouts since the last checkpoint

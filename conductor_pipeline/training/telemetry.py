@@ -7,17 +7,16 @@ the step's batch) and `calls` rows for the conductor's completion and every exec
 Keys are stable (`rollout_workflow_id`), so a repeated run adds nothing twice, and a resumed run
 first forgets the rollouts it logged past its last checkpoint (`forget_rollouts_after`).
 
-Why a background writer: a warehouse write takes the inter-process lock and opens the DuckDB file
-(tens of milliseconds on a busy machine), which is a visible share of a CPU step of about a
-second. The rows of a step are queued at the end of its reward call and written while the policy
-takes its gradient step; `drain` waits for them before a checkpoint is saved and before anything
-reads them back.
+Why rows are held in memory between checkpoints: a warehouse write takes the inter-process lock
+and opens the DuckDB file (tens of milliseconds, more on a busy machine), about a tenth of a CPU
+step of the tiny model when paid every step. `RowBuffer` writes when a checkpoint is about to be
+saved, when a run ends, or when it holds `flush_rows` rows. A run killed in between loses only
+rows of steps after its last checkpoint, which the resumed run forgets and samples again anyway.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -32,82 +31,51 @@ from conductor_pipeline.warehouse import Warehouse, load_sql
 PARSE_CHECK_BEFORE = "parse_check_before"
 PARSE_CHECK_AFTER = "parse_check_after"
 PRUNE_AUDIT = "prune_audit"
+# Write once this many rows are held: about four steps of the paper's GPU run (256 rollouts a
+# step, each a workflow, a conductor call and a few step calls), a whole CPU run of the tiny model.
+DEFAULT_FLUSH_ROWS = 4000
+# Calls before workflows: a recorded workflow always has its calls.
+_WRITE_ORDER = ("calls", "workflows")
 
 
-class TelemetryWriteError(RuntimeError):
-    """A queued warehouse write failed; the training run must not go on without its telemetry."""
+class RowBuffer:
+    """Warehouse rows held in memory and written in a few large batches.
 
-
-class BackgroundWriter:
-    """Warehouse writes on one background thread, in the order they were queued.
-
-    `insert` has `Warehouse.insert`'s signature, so an orchestrator writes through it unchanged;
-    it returns at once. `drain` blocks until every queued row is written and re-raises a failed
-    write as TelemetryWriteError (after a failure nothing more is written: rows must not land out
-    of order, e.g. a workflow without its calls).
+    `insert` has `Warehouse.insert`'s signature, so an orchestrator records through it unchanged;
+    it writes only once `flush_rows` rows are held. `flush` writes everything held (calls before
+    workflows). Thread-safe: TRL runs the reward, and so the orchestrator, on its own threads.
     """
 
-    def __init__(self, store: Warehouse) -> None:
+    def __init__(self, store: Warehouse, *, flush_rows: int = DEFAULT_FLUSH_ROWS) -> None:
         self.store = store
-        self._queue: queue.Queue[tuple[str, list[Any]] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._start_lock = threading.Lock()
+        self.flush_rows = flush_rows
+        self._held: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
 
     def insert(self, table: str, rows: Iterable[Any]) -> int:
-        self._raise_failure()
         batch = list(rows)
-        if batch:
-            self._ensure_thread()
-            self._queue.put((table, batch))
+        with self._lock:
+            self._held.setdefault(table, []).extend(batch)
+            full = sum(len(held) for held in self._held.values()) >= self.flush_rows
+        if full:
+            self.flush()
         return len(batch)
 
-    def drain(self) -> None:
-        """Wait until everything queued is written; raise if a write failed."""
-        if self._thread is not None:
-            self._queue.join()
-        self._raise_failure()
-
-    def close(self) -> None:
-        """Drain, then stop the thread."""
-        try:
-            self.drain()
-        finally:
-            if self._thread is not None:
-                self._queue.put(None)
-                self._thread.join()
-                self._thread = None
-
-    def _ensure_thread(self) -> None:
-        with self._start_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rollout-telemetry", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                if self._error is None:
-                    self.store.insert(*item)
-            except BaseException as exc:  # noqa: BLE001 (re-raised in the training thread by drain)
-                self._error = exc
-            finally:
-                self._queue.task_done()
-
-    def _raise_failure(self) -> None:
-        if self._error is not None:
-            raise TelemetryWriteError(f"writing rollout telemetry to {self.store.path} failed: {self._error!r}") from self._error
+    def flush(self) -> None:
+        """Write everything held, calls before workflows."""
+        with self._lock:
+            held, self._held = self._held, {}
+            tables = [t for t in _WRITE_ORDER if t in held] + [t for t in held if t not in _WRITE_ORDER]
+            for table in tables:
+                self.store.insert(table, held[table])
 
 
 @dataclass
 class RolloutLog:
-    """Where the rollouts of one run go: the writer, the run id and phase they are filed under, and
+    """Where the rollouts of one run go: the buffer, the run id and phase they are filed under, and
     the policy's name in `workflows.conductor`."""
 
-    writer: BackgroundWriter
+    buffer: RowBuffer
     run_id: str
     phase: str
     conductor: str

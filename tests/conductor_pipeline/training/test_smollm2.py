@@ -35,7 +35,7 @@ from conductor_pipeline.training.runs import run_telemetry, training_steps_row
 from conductor_pipeline.training.settings import GRPOSettings, SFTSettings
 from conductor_pipeline.training.sft import warm_start_sft
 from conductor_pipeline.training.synthetic import warm_start_pairs
-from conductor_pipeline.training.telemetry import BackgroundWriter, RolloutLog
+from conductor_pipeline.training.telemetry import RolloutLog, RowBuffer
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_OK, parse_code
 from resources.trainer import DEFAULT_OUTPUT_ROOT
@@ -85,6 +85,17 @@ def test_the_converted_folder_is_the_instruct_model_with_its_chat_template(smoll
     assert "5" in answer.text and answer.finish_reason == "stop" and answer.prompt_tokens > 10
 
 
+def test_the_profiles_completion_cap_fits_every_paper_style_warm_start_target(smollm2):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    settings = GRPOSettings.cpu_smollm2_profile()
+    workers = make_pool(*(seat(f"w{i}") for i in range(6)))
+    pairs = warm_start_pairs(pool_prompt_rows(QUESTIONS, workers, settings, naming="ordinal", n_examples=0), n=200, seed=0)
+    longest = max(len(tokenizer(target).input_ids) + 1 for _, target in pairs)  # + the end-of-turn token
+    assert longest <= settings.max_completion_length
+
+
 def test_two_grpo_steps_on_smollm2_record_their_rollouts_checkpoint_and_resume(smollm2, tmp_path):
     settings = GRPOSettings.cpu_smollm2_profile(
         num_generations=2, questions_per_step=1, max_completion_length=16, save_steps=10, per_device_train_batch_size=2,
@@ -92,20 +103,18 @@ def test_two_grpo_steps_on_smollm2_record_their_rollouts_checkpoint_and_resume(s
     store = Warehouse(tmp_path / "w.duckdb")
     pool = _pool()
     workers = {name: RecordingWorker(name, answer="7") for name in pool.worker_names}
-    writer = BackgroundWriter(store)
-    executor = PoolExecutor(pool, workers, QUESTIONS, "ordinal", log=RolloutLog(writer, "grpo-smol", "grpo", "policy:smollm2"))
+    executor = PoolExecutor(pool, workers, QUESTIONS, "ordinal", log=RolloutLog(RowBuffer(store), "grpo-smol", "grpo", "policy:smollm2"))
     reward = make_conductor_reward(executor, group_size=settings.num_generations)
     out = tmp_path / "grpo"
 
     def on_step(row: dict) -> None:
-        executor.drain()
         store.insert("training_steps", [training_steps_row("grpo-smol", "grpo", row)])
 
-    first = train_grpo(smollm2, _rows(settings), reward, settings, out, on_step=on_step, max_steps_override=2)
+    run = dict(on_step=on_step, before_checkpoint=executor.write_rows)
+    first = train_grpo(smollm2, _rows(settings), reward, settings, out, max_steps_override=2, **run)
     assert first.global_step == 2 and first.checkpoint_dir == out / "checkpoint-2"
     assert (first.checkpoint_dir / "model.safetensors").is_file() and (first.checkpoint_dir / "trainer_state.json").is_file()
-    resumed = train_grpo(smollm2, _rows(settings), reward, settings, out, on_step=on_step, max_steps_override=3)
-    writer.close()
+    resumed = train_grpo(smollm2, _rows(settings), reward, settings, out, max_steps_override=3, **run)
     assert resumed.resumed_from == out / "checkpoint-2" and resumed.global_step == 3
     assert [row["step"] for row in resumed.steps] == [3] and (out / "checkpoint-3" / "model.safetensors").is_file()
     telemetry = run_telemetry(store, "grpo-smol")

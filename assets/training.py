@@ -179,7 +179,8 @@ def _run_metadata(
     frame = telemetry.steps
     if frame.is_empty():
         return {}
-    png = training_curves_png(frame, title, threshold, telemetry.final_workers)
+    halves = tuple(half.as_dict() for half in telemetry.halves) if telemetry.halves is not None else None
+    png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves)
     png_path.parent.mkdir(parents=True, exist_ok=True)
     png_path.write_bytes(png)
     last = frame.row(-1, named=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -75,11 +75,16 @@ def _code_rates(frame: pl.DataFrame) -> dict[str, list[float]]:
 
 
 def training_curves_png(
-    frame: pl.DataFrame, title: str, threshold: float | None = None, final_workers: pl.DataFrame | None = None
+    frame: pl.DataFrame,
+    title: str,
+    threshold: float | None = None,
+    final_workers: pl.DataFrame | None = None,
+    halves: tuple[Mapping[str, object], Mapping[str, object]] | None = None,
 ) -> bytes:
     """PNG: reward mean +- std; groups without signal (per step, and the running figure the gate
     judges); parse-failure rate by code; completion length; and, given `final_workers` (rollouts
-    per step and final worker), the share of rollouts ending at each worker."""
+    per step and final worker), the share of rollouts ending at each worker, beside `halves` (the
+    first and second half of the steps: parse_fail_rate, reward_mean, same_correctness)."""
     plt = pyplot()
     steps = frame["step"].to_numpy()
 
@@ -87,7 +92,9 @@ def training_curves_png(
         return frame[name].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
     rows = 3 if final_workers is not None and final_workers.height else 2
-    figure, axes = plt.subplots(rows, 2, figsize=(9, 2.75 * rows), sharex=True)
+    figure, axes = plt.subplots(rows, 2, figsize=(9, 2.75 * rows))
+    for axis in list(axes.flat)[1:5] + ([axes[2, 0]] if rows == 3 else []):
+        axis.sharex(axes[0, 0])  # every panel but the halves' plots steps
     reward, std = column("reward_mean"), column("reward_std")
     axes[0, 0].plot(steps, reward, marker=".", color="#4472c4")
     axes[0, 0].fill_between(steps, reward - std, reward + std, alpha=0.2, color="#4472c4")
@@ -103,7 +110,7 @@ def training_curves_png(
     axes[1, 1].set_title("mean completion length (tokens)", fontsize=9)
     if rows == 3:
         _final_worker_panel(axes[2, 0], final_workers)
-        axes[2, 1].axis("off")
+        _halves_panel(axes[2, 1], halves)
     for axis in axes.flat:
         axis.tick_params(labelsize=7)
     figure.supxlabel("step", fontsize=8)
@@ -140,6 +147,22 @@ def _final_worker_panel(axis, final_workers: pl.DataFrame) -> None:
     axis.set_title("share of rollouts ending at each worker", fontsize=9)
     axis.set_ylim(0, 1)
     axis.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _halves_panel(axis, halves: tuple[Mapping[str, object], Mapping[str, object]] | None) -> None:
+    """The run's first half of steps beside its second: parse failures, reward, flat-correctness groups."""
+    if halves is None:
+        axis.axis("off")
+        return
+    figures = [("parse failures", "parse_fail_rate"), ("mean reward", "reward_mean"), ("no routing signal", "same_correctness")]
+    positions = np.arange(len(figures))
+    for offset, (label, half) in zip((-0.2, 0.2), (("first half", halves[0]), ("second half", halves[1])), strict=True):
+        values = [half.get(key) for _, key in figures]
+        axis.bar(positions + offset, [float("nan") if v is None else v for v in values], width=0.4, label=label)
+    axis.set_xticks(positions, [label for label, _ in figures], fontsize=7)
+    axis.set_ylim(0, 1.05)
+    axis.set_title("first half of the steps against the second", fontsize=9)
+    axis.legend(fontsize=6)
 
 
 def _nan(values) -> list[float]:

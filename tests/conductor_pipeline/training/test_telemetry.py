@@ -239,7 +239,8 @@ def test_training_curves_plot_the_running_gate_figure_and_the_final_workers():
         "group_size": [4, 4, 4], "completion_length": [30.0, 28.0, 25.0],
     })
     workers = pl.DataFrame({"step": [1, 1, 2, 3], "final_worker": ["a", "(unparsed)", "b", "b"], "rollouts": [1, 1, 4, 2]})
-    png = training_curves_png(steps, "test", 0.2, workers)
+    halves = ({"parse_fail_rate": 0.4, "reward_mean": 0.2, "same_correctness": None}, {"parse_fail_rate": 0.0, "reward_mean": 0.4})
+    png = training_curves_png(steps, "test", 0.2, workers, halves)
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert training_curves_png(steps, "test").startswith(b"\x89PNG")  # without rollout rows
     assert stable_id("x") == stable_id("x")

@@ -51,8 +51,8 @@ QUESTIONS = [
     )
     for i in range(1, 13)
 ]
-# Warm start of the serving test: enough for greedy decoding to write the lists (measured: SFT
-# on 24 examples of this prompt makes greedy workflows parse), a few minutes on two cores.
+# Warm start of the serving test: enough for greedy decoding to write the lists on this prompt,
+# a few minutes on two cores.
 WARM_START_STEPS = 12
 WARM_START_LR = 1e-4
 

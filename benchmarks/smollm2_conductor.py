@@ -1,5 +1,5 @@
-"""The phase-0 experiment on a real pretrained model: SmolLM2-135M-Instruct as the conductor, prompted,
-warm-started and GRPO-trained, on a fixed eval slice, through the project's own assets.
+"""SmolLM2-135M-Instruct as the conductor, prompted, warm-started and GRPO-trained, against the workers
+on a fixed eval slice, through the project's own assets: a real pretrained model on a CPU.
 
 Runs the graph stage by stage in a fresh Dagster instance and warehouse under --work-dir, with the
 `cpu-smollm2` trainer profile on the embedded replay pool: the data (corpora, probes, pass rates,
@@ -8,16 +8,17 @@ GRPO probe and its gate, GRPO training, and the evaluation, whose conductor arms
 model with the same prompt ("prompted"), the warm-started model and the GRPO checkpoint (sampled
 at temperature 1 with the training cap on completion length). Writes the figures (parse rates
 before and after the warm start and over GRPO, first against second half of each run's rollouts,
-eval accuracies with 95% intervals, the gap decomposition, wall time per stage) to a RESULTS file
-and prints a paragraph for the README.
+eval accuracies with 95% intervals, where each conductor's gap to the best single worker comes
+from, wall time per stage) to a RESULTS file and prints them.
 
 The gate is judged and reported at the project's threshold (strictly below 0.20 of groups with
 equal rewards); training goes ahead unless every probe group was flat (--gate-threshold 1.0), so
 the trained arm exists to be compared: the record says whether the project's gate would have
-opened. Every stage is resumable: a rerun with the same --work-dir reuses what is done.
+opened. A rerun with the same --work-dir reuses the probes, the warm start, the GRPO checkpoints and
+the eval workflows already recorded (the GRPO probe runs again).
 
-    .venv/bin/python benchmarks/phase0_smollm2.py                 # the full run (see --help for sizes)
-    .venv/bin/python benchmarks/phase0_smollm2.py --quick         # ~15 minutes: every path, tiny sizes
+    .venv/bin/python benchmarks/smollm2_conductor.py              # the full run (see --help for sizes)
+    .venv/bin/python benchmarks/smollm2_conductor.py --quick      # ~15 minutes: every path, tiny sizes
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from resources.warehouse import WarehouseResource
 
 POOL = "replay-mixed6"
 PROMPTED_LABEL = "prompted"
-RESULTS = Path(__file__).with_name("RESULTS-phase0-smollm2.md")
+RESULTS = Path(__file__).with_name("RESULTS-smollm2-conductor.md")
 # Stage -> the assets one job materializes (their checks run with them).
 STAGES: dict[str, list[str]] = {
     "data": ["pass_rates", "oracle_ceilings", "contested_set"],
@@ -67,7 +68,7 @@ QUICK = dict(sft_steps=12, sft_examples=48, probe_steps=2, grpo_steps=2, num_gen
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", type=Path, default=ARTIFACTS_DIR / "phase0-smollm2")
+    parser.add_argument("--work-dir", type=Path, default=ARTIFACTS_DIR / "smollm2-conductor")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the RESULTS markdown is written")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks every path in minutes (the figures mean nothing)")
     for name, value in FULL.items():
@@ -97,7 +98,7 @@ def main() -> int:
         model_path=str(base), label=PROMPTED_LABEL, n_examples=trainer.n_prompt_examples, naming=trainer.naming,
         max_new_tokens=sizes["max_completion"],
     )
-    defs = phase0_definitions(args.work_dir, trainer, conductor)
+    defs = experiment_definitions(args.work_dir, trainer, conductor)
     eval_config = {"slice_size": sizes["eval_size"], "world_model_router": False}
     timings: dict[str, float] = {}
     with dg.DagsterInstance.get() as instance:
@@ -109,17 +110,17 @@ def main() -> int:
             if outcome == "failed":
                 print(f"stage {stage} failed: see its run in {os.environ['DAGSTER_HOME']}", file=sys.stderr)
                 return 1
-        report = phase0_report(instance, Warehouse(args.work_dir / "warehouse.duckdb"), sizes, timings, args)
+        report = experiment_report(instance, Warehouse(args.work_dir / "warehouse.duckdb"), sizes, timings, args)
     args.results.write_text(report)
     print(report)
     print(f"\nwritten to {args.results}")
     return 0
 
 
-def phase0_definitions(work_dir: Path, trainer: TrainerResource, conductor: ConductorPolicyResource) -> dg.Definitions:
+def experiment_definitions(work_dir: Path, trainer: TrainerResource, conductor: ConductorPolicyResource) -> dg.Definitions:
     """The project's definitions with this experiment's resources, plus one job per stage."""
     project = build_definitions(POOL)
-    stage_jobs = [dg.define_asset_job(f"phase0_{stage}", selection=assets) for stage, assets in STAGES.items()]
+    stage_jobs = [dg.define_asset_job(f"smollm2_{stage}", selection=assets) for stage, assets in STAGES.items()]
     return dg.Definitions(
         assets=project.assets,
         asset_checks=project.asset_checks,
@@ -140,7 +141,7 @@ def run_stage(defs: dg.Definitions, stage: str, instance: dg.DagsterInstance, ev
     elif stage == "probes":
         job, tags, run_config = probe_job.name, all_probe_partitions_tags(defs.get_assets_def(PROBE_CALLS).partitions_def), {}
     else:
-        job, tags = f"phase0_{stage}", None
+        job, tags = f"smollm2_{stage}", None
         run_config = {"ops": {"eval_arms": {"config": eval_config}}} if stage == "eval" else {}
     result = defs.resolve_job_def(job).execute_in_process(
         instance=instance, tags=tags, raise_on_error=False,
@@ -156,7 +157,7 @@ def run_stage(defs: dg.Definitions, stage: str, instance: dg.DagsterInstance, ev
 # ---------------------------------------------------------------------------- the record
 
 
-def phase0_report(instance: dg.DagsterInstance, store: Warehouse, sizes: dict, timings: dict[str, float], args) -> str:
+def experiment_report(instance: dg.DagsterInstance, store: Warehouse, sizes: dict, timings: dict[str, float], args) -> str:
     """The RESULTS markdown: every figure read back from the assets' metadata and the warehouse."""
     warm = _metadata(instance, "warm_start_policy")
     probe = _metadata(instance, "grpo_probe_run")
@@ -164,9 +165,9 @@ def phase0_report(instance: dg.DagsterInstance, store: Warehouse, sizes: dict, t
     tables = _metadata(instance, "eval_tables")
     eval_run = _metadata(instance, "eval_arms").get("run_id")
     lines = [
-        "# Phase 0 on a real pretrained conductor: SmolLM2-135M-Instruct on CPU",
+        "# A real pretrained conductor on CPU: SmolLM2-135M-Instruct prompted, warm-started and GRPO-trained",
         "",
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `benchmarks/phase0_smollm2.py{' --quick' if args.quick else ''}` "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `benchmarks/smollm2_conductor.py{' --quick' if args.quick else ''}` "
         f"(pool {POOL}, trainer profile `cpu-smollm2`, LoRA rank {args.lora_rank}). Sizes: "
         + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ".",
         "",

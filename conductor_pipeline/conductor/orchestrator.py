@@ -92,8 +92,8 @@ def add_latency(total: float | None, more: float | None) -> float | None:
 
 
 class RowWriter(Protocol):
-    """Where recorded rows go: a `Warehouse`, or anything with its `insert` (training rollouts
-    write through a background writer so a step never waits on the warehouse)."""
+    """Where recorded rows go: a `Warehouse`, or anything with its `insert` (training rollouts are
+    held in a buffer and written between checkpoints, so a step never waits on the warehouse)."""
 
     def insert(self, table: str, rows: Iterable[Any]) -> int: ...
 

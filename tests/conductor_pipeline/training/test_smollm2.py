@@ -53,8 +53,8 @@ QUESTIONS = [
 ]
 # Warm start of the serving test: enough for greedy decoding to write the lists on this prompt,
 # a few minutes on two cores.
-WARM_START_STEPS = 12
-WARM_START_LR = 1e-4
+WARM_START_STEPS = 16
+WARM_START_LR = 2e-4
 
 
 @pytest.fixture(scope="module")

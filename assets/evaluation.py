@@ -58,6 +58,7 @@ from resources.warehouse import WarehouseResource
 GROUP = "evaluation"
 # Read from the event log when present (`latest_metadata_value`), never required.
 CHECKPOINT_ASSET = "conductor_checkpoint"
+WARM_START_ASSET = "warm_start_policy"
 CONTESTED_SET_ASSET = "contested_set"
 WORLD_MODEL_ASSET = "world_model"
 WORLD_MODEL_REPORT_ASSET = "world_model_report"
@@ -92,6 +93,11 @@ class EvalArmsConfig(dg.Config):
     )
     use_trained_checkpoint: bool = Field(
         True, description="Also evaluate the latest materialized conductor_checkpoint, when there is one"
+    )
+    use_warm_start_policy: bool = Field(
+        True,
+        description="Also evaluate the latest warm_start_policy model (warm-started, before GRPO), when one was "
+        "trained: beside the trained checkpoint it shows what GRPO itself changed",
     )
     include_question: bool = Field(True, description="Show workers the original question next to their subtask")
     max_depth: int = Field(2, ge=0, description="Recursion depth cap when the pool seats the conductor")
@@ -129,13 +135,21 @@ def questions_seen_in_training(store: Warehouse, instance: dg.DagsterInstance) -
 
 
 def _conductor_resources(
-    config: EvalArmsConfig, conductor: ConductorPolicyResource, trained_checkpoint: str | None
+    config: EvalArmsConfig, conductor: ConductorPolicyResource, *trained: str | None
 ) -> list[ConductorPolicyResource]:
     chosen = [conductor] if config.use_conductor_resource else []
     paths = list(config.conductor_checkpoints)
-    if trained_checkpoint and trained_checkpoint not in paths:
-        paths.append(trained_checkpoint)
+    paths += [path for path in dict.fromkeys(trained) if path and path not in paths]
     return chosen + [conductor.with_checkpoint(path) for path in paths]
+
+
+def _latest_warm_start(instance: dg.DagsterInstance) -> str | None:
+    """The latest warm-started model, when the warm start trained one (not the base policy it
+    passes on when disabled) and it is still on disk."""
+    if latest_metadata_value(instance, WARM_START_ASSET, "warm_start") is not True:
+        return None
+    path = latest_metadata_value(instance, WARM_START_ASSET, "model_path")
+    return str(path) if path is not None and Path(str(path)).exists() else None
 
 
 @dg.asset(
@@ -185,7 +199,8 @@ def eval_arms(
     if trained is not None and not Path(str(trained)).exists():
         context.log.warning(f"latest conductor_checkpoint {trained} is gone; not evaluated")
         trained = None
-    conductors = _conductor_resources(config, conductor, str(trained) if trained else None)
+    warm_started = _latest_warm_start(context.instance) if config.use_warm_start_policy else None
+    conductors = _conductor_resources(config, conductor, warm_started, str(trained) if trained else None)
     train_split_w: WorldModel | None = None
     w_metadata: dict[str, object] = {}
     if config.world_model_router or config.w_cascade or any(c.show_predicted_success for c in conductors):

@@ -17,7 +17,7 @@ latest probe run. Training steps run in the Dagster concurrency pool `gpu` (one 
 """
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,14 +56,25 @@ from conductor_pipeline.training.gates import (
 from conductor_pipeline.training.grpo import remove_checkpoints
 from conductor_pipeline.training.rollouts import PoolExecutor, parse_check
 from conductor_pipeline.training.runs import (
+    RunTelemetry,
     forget_steps_after_checkpoint,
     format_metric,
+    halves_markdown,
     parse_code_totals,
+    parse_fail_rate,
     run_pool_grpo,
+    run_telemetry,
 )
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.sft import final_loss, read_sft_history, warm_start_sft
 from conductor_pipeline.training.synthetic import warm_start_pairs
+from conductor_pipeline.training.telemetry import (
+    PARSE_CHECK_AFTER,
+    PARSE_CHECK_BEFORE,
+    RolloutLog,
+    RowBuffer,
+    rollout_row_counts,
+)
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_OK
 from resources.pool import PoolResource
@@ -73,10 +84,6 @@ from resources.warehouse import WarehouseResource
 GROUP = "training"
 # "200 steps over 33 questions is memorisation": the contested set must be at least this large.
 DEFAULT_MIN_CONTESTED = 100
-# Parse rate before/after the warm start: this many prompts x samples at temperature 1. 64 samples
-# tell 6% from 90% at a glance and cost a few seconds on the tiny model.
-PARSE_CHECK_PROMPTS = 8
-PARSE_CHECK_SAMPLES = 8
 NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the probe here)"
 
 
@@ -110,15 +117,30 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
 
 def _executor(
     training: TrainingSet, settings: GRPOSettings, warehouse: WarehouseResource, pool: PoolResource,
-    questions: Sequence[Question],
+    questions: Sequence[Question], log: RolloutLog,
 ) -> PoolExecutor:
-    """Rollouts on the pool's workers, with W's predictions when the reward bonus is on."""
+    """Rollouts on the pool's workers, recorded under `log`, with W's predictions when the reward bonus is on."""
     pool_config = training.pool_config
     with _failing_step():
         predict = bonus_predictor(
             settings.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
         )
-    return PoolExecutor(pool_config, pool.build_workers(), questions, training.naming, predict)
+    return PoolExecutor(pool_config, pool.build_workers(), questions, training.naming, predict, log=log)
+
+
+@contextmanager
+def _telemetry(store: Warehouse) -> Iterator[RowBuffer]:
+    """The buffer a step's rollouts are recorded through; everything held is written before the step ends."""
+    writer = RowBuffer(store)
+    try:
+        yield writer
+    finally:
+        writer.flush()
+
+
+def _policy_name(model: Path | str) -> str:
+    """A policy as `workflows.conductor` names it: its folder (or hub id) name."""
+    return f"policy:{Path(str(model)).name}"
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -143,23 +165,57 @@ def _probe_audit_metadata(manifest: Mapping | None) -> dict[str, dg.MetadataValu
     return {"probe_pruning_audit": dg.MetadataValue.json(audit)} if audit else {}
 
 
-def _curve_metadata(store: Warehouse, run_id: str, title: str, png_path: Path, threshold: float | None = None) -> dict:
-    frame = store.query_file("training_steps_of_run", {"run_id": run_id})
+def _telemetry_metadata(store: Warehouse, run_id: str) -> dict[str, dg.MetadataValue]:
+    """What a run's rollouts left in `workflows` and `calls`."""
+    return {"rollout_telemetry": dg.MetadataValue.json({"run_id": run_id, **rollout_row_counts(store, run_id)})}
+
+
+def _run_metadata(
+    telemetry: RunTelemetry, run_id: str, title: str, png_path: Path, threshold: float | None,
+    report_error: Callable[[str], object],
+) -> dict[str, dg.MetadataValue]:
+    """A GRPO or probe run's curves, its first half against its second, and its rollout telemetry
+    checked against its `training_steps` rows (a mismatch is logged as an error)."""
+    frame = telemetry.steps
     if frame.is_empty():
         return {}
-    png = training_curves_png(frame, title, threshold)
+    halves = tuple(half.as_dict() for half in telemetry.halves) if telemetry.halves is not None else None
+    png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves)
     png_path.parent.mkdir(parents=True, exist_ok=True)
     png_path.write_bytes(png)
     last = frame.row(-1, named=True)
     codes = parse_code_totals(frame["parse_codes"].to_list())
-    return {
+    if telemetry.mismatches:
+        report_error(f"{run_id}: rollout rows in `workflows` disagree with training_steps.parse_codes: {telemetry.mismatches}")
+    metadata = {
         "curves": png_markdown(png, title),
         "curves_path": dg.MetadataValue.path(str(png_path)),
         "steps_logged": dg.MetadataValue.int(frame.height),
         "last_reward_mean": dg.MetadataValue.float(float(last["reward_mean"] or 0.0)),
         "last_parse_fail_rate": dg.MetadataValue.float(float(last["parse_fail_rate"] or 0.0)),
         "parse_code_counts": _md_table(sorted(codes.items(), key=lambda kv: -kv[1]), ["outcome", "rollouts"]),
+        "rollout_telemetry": dg.MetadataValue.json(
+            {"run_id": run_id, **telemetry.rows, "matches_training_steps": not telemetry.mismatches}
+        ),
     }
+    if telemetry.halves is not None:
+        first, second = telemetry.halves
+        metadata["learning"] = dg.MetadataValue.md(halves_markdown(first, second))
+        metadata["halves"] = dg.MetadataValue.json({"first": first.as_dict(), "second": second.as_dict()})
+    return metadata
+
+
+def _rollout_summary(telemetry: RunTelemetry) -> str:
+    """Parse failures and reward over all of a run's rollouts, and first half against second half."""
+    codes = parse_code_totals(telemetry.steps["parse_codes"].to_list())
+    overall = f"Parse failures over all {sum(codes.values())} rollouts: {format_metric(parse_fail_rate(codes))}"
+    if telemetry.halves is None:
+        return overall + "."
+    first, second = telemetry.halves
+    return (
+        f"{overall} (first half {format_metric(first.parse_fail_rate)}, second half {format_metric(second.parse_fail_rate)}); "
+        f"mean reward {format_metric(first.reward_mean)} -> {format_metric(second.reward_mean)}."
+    )
 
 
 # ---------------------------------------------------------------------------- contested set
@@ -258,28 +314,43 @@ def warm_start_policy(
     base = trainer.base_policy_path()
     # Exactly the GRPO prompts (same sub-pools, naming, examples): the format learnt is the one scored.
     rows = training.prompt_rows(settings)
-    check_rows = rows[:PARSE_CHECK_PROMPTS]
-    n_checked = len(check_rows) * PARSE_CHECK_SAMPLES
-    before, codes_before = parse_check(base, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
-    context.log.info(f"base policy {base}: parse rate {before:.2f} on {n_checked} samples")
-    metadata: dict[str, dg.MetadataValue] = {
-        "base_policy": dg.MetadataValue.text(str(base)),
-        "parse_rate_before": dg.MetadataValue.float(before),
-        "parse_codes_before": dg.MetadataValue.json(codes_before),
-        "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {PARSE_CHECK_SAMPLES} samples, temperature 1"),
-        **_pruning_metadata(training),
-    }
-    if not trainer.sft_warm_start:
-        context.log.info("warm start disabled: GRPO starts from the base policy")
-        return dg.MaterializeResult(metadata={**metadata, "model_path": dg.MetadataValue.path(str(base)), "warm_start": False})
-    style = trainer.warm_start_style
-    pairs = warm_start_pairs(rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.naming, style=style)
-    sft = trainer.sft_settings()
-    context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
-    sft_started = time.monotonic()
-    out = warm_start_sft(base, pairs, sft, trainer.warm_start_dir(pool_config.name))
-    sft_elapsed = time.monotonic() - sft_started
-    after, codes_after = parse_check(out, check_rows, trainer.naming, settings.max_completion_length, PARSE_CHECK_SAMPLES)
+    check_rows = rows[: trainer.parse_check_prompts]
+    samples = trainer.parse_check_samples
+    n_checked = len(check_rows) * samples
+    # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
+    check_run_id = f"warm-start-{pool_config.name}-{context.run_id[:8]}"
+    with _telemetry(training.store) as writer:
+        executor = PoolExecutor(pool_config, pool.build_workers(), training.questions, training.naming)
+
+        def check(model: Path | str, phase: str) -> tuple[float, dict[str, int]]:
+            executor.log = RolloutLog(writer, check_run_id, phase, _policy_name(model))
+            return parse_check(
+                model, check_rows, trainer.naming, settings.max_completion_length, samples, executor=executor
+            )
+
+        before, codes_before = check(base, PARSE_CHECK_BEFORE)
+        context.log.info(f"base policy {base}: parse rate {before:.2f} on {n_checked} samples")
+        metadata: dict[str, dg.MetadataValue] = {
+            "base_policy": dg.MetadataValue.text(str(base)),
+            "parse_rate_before": dg.MetadataValue.float(before),
+            "parse_codes_before": dg.MetadataValue.json(codes_before),
+            "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
+            **_pruning_metadata(training),
+        }
+        if not trainer.sft_warm_start:
+            context.log.info("warm start disabled: GRPO starts from the base policy")
+            return dg.MaterializeResult(metadata={
+                **metadata, **_telemetry_metadata(training.store, check_run_id),
+                "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
+            })
+        style = trainer.warm_start_style
+        pairs = warm_start_pairs(rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.naming, style=style)
+        sft = trainer.sft_settings()
+        context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
+        sft_started = time.monotonic()
+        out = warm_start_sft(base, pairs, sft, trainer.warm_start_dir(pool_config.name))
+        sft_elapsed = time.monotonic() - sft_started
+        after, codes_after = check(out, PARSE_CHECK_AFTER)
     history = read_sft_history(out)
     elapsed = time.monotonic() - started
     context.log.info(
@@ -297,6 +368,7 @@ def warm_start_policy(
         final_loss=dg.MetadataValue.float(final_loss(history)),
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
+        **_telemetry_metadata(training.store, check_run_id),
     )
     png = sft_loss_png(history)
     if png is not None:
@@ -321,15 +393,18 @@ def grpo_probe_run(
     probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
-    executor = _executor(training, settings, warehouse, pool, [*training.questions, *training.skipped])
-    outcome = run_pool_grpo(
-        trainer.start_policy_path(pool_config.name), training, executor, settings, output_dir,
-        run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
-    )
-    elapsed = time.monotonic() - started
-    pruning = pruning_report(
-        trainer.start_policy_path(pool_config.name), training, executor, settings, trainer.prune_audit_questions
-    )
+    start_policy = trainer.start_policy_path(pool_config.name)
+    with _telemetry(store) as writer:
+        executor = _executor(
+            training, settings, warehouse, pool, [*training.questions, *training.skipped],
+            RolloutLog(writer, probe_run_id, "probe", _policy_name(start_policy)),
+        )
+        outcome = run_pool_grpo(
+            start_policy, training, executor, settings, output_dir,
+            run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
+        )
+        elapsed = time.monotonic() - started
+        pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions)
     if pruning is not None:
         context.log.info(f"world-model pruning: {pruning}")
     # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
@@ -340,20 +415,27 @@ def grpo_probe_run(
         trained_questions=len(training.questions), world_model_pruning=pruning,
     )
     write_probe_manifest(trainer.probe_dir(pool_config.name), manifest)
-    preview = judge_probe(manifest, manifest["steps"], threshold=trainer.zero_variance_threshold)
+    preview = judge_probe(manifest, manifest["steps"], threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on)
     context.log.info(f"probe {probe_run_id}: {outcome.global_step} steps in {elapsed:.0f}s; {preview.describe()}")
-    last = outcome.steps[-1] if outcome.steps else {}
+    telemetry = run_telemetry(store, probe_run_id)
     summary = (
-        f"{outcome.global_step} probe steps in {elapsed:.0f}s: {preview.figure:.3f} of {preview.groups} groups "
-        f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance; the gate needs "
-        f"< {trainer.zero_variance_threshold:.2f}. Last step: reward {format_metric(last.get('reward_mean'))}, "
-        f"parse failures {format_metric(last.get('parse_fail_rate'))}"
+        f"{outcome.global_step} probe steps in {elapsed:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
+        f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance and "
+        f"{format_metric(preview.correctness_figure)} the same correctness in every rollout (no routing signal); "
+        f"the gate judges {preview.gate_on} and needs < {trainer.zero_variance_threshold:.2f}. "
+        f"{_rollout_summary(telemetry)}"
     )
     return dg.MaterializeResult(
         metadata={
             "summary": dg.MetadataValue.text(summary),
             "probe_run_id": dg.MetadataValue.text(probe_run_id),
             "zero_variance_fraction": dg.MetadataValue.float(preview.figure),
+            "flat_reward_fraction": dg.MetadataValue.float(preview.reward_figure),
+            "same_correctness_fraction": (
+                dg.MetadataValue.float(preview.correctness_figure) if preview.correctness_figure is not None
+                else dg.MetadataValue.text("not measured")
+            ),
+            "gate_on": dg.MetadataValue.text(preview.gate_on),
             "group_size": dg.MetadataValue.int(settings.num_generations),
             "groups": dg.MetadataValue.int(preview.groups),
             "threshold": dg.MetadataValue.float(trainer.zero_variance_threshold),
@@ -364,9 +446,9 @@ def grpo_probe_run(
             "contested_subpools": dg.MetadataValue.bool(trainer.contested_subpools),
             "world_model_pruning": dg.MetadataValue.json(pruning) if pruning else dg.MetadataValue.text("off"),
             **({"pruned_questions": dg.MetadataValue.int(len(training.skipped))} if pruning else {}),
-            **_curve_metadata(
-                store, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
-                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold,
+            **_run_metadata(
+                telemetry, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
+                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold, context.log.error,
             ),
         }
     )
@@ -375,7 +457,8 @@ def grpo_probe_run(
 @dg.asset_check(
     asset=grpo_probe_run,
     blocking=True,
-    description="Strictly fewer than the threshold (default 20%) of probe groups may have zero reward variance",
+    description="Strictly fewer than the threshold (default 20%) of probe groups may have zero reward variance "
+    "(or, with gate_on=correctness, the same correctness in every rollout)",
 )
 def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource) -> dg.AssetCheckResult:
     """The gate: judged from the probe's `training_steps` rows; the verdict is persisted for later runs."""
@@ -384,7 +467,9 @@ def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, p
     if manifest is None:
         return dg.AssetCheckResult(passed=False, description="no probe run recorded")
     logged = warehouse.get_warehouse().query_file("training_steps_of_run", {"run_id": manifest["probe_run_id"]})
-    verdict = judge_probe(manifest, logged.iter_rows(named=True), threshold=trainer.zero_variance_threshold)
+    verdict = judge_probe(
+        manifest, logged.iter_rows(named=True), threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on
+    )
     write_verdict(trainer.gate_path(pool_name), verdict)
     return dg.AssetCheckResult(passed=verdict.passed, metadata=verdict.summary(), description=verdict.describe())
 
@@ -414,11 +499,15 @@ def conductor_checkpoint(
     run_id = f"grpo-{pool_config.name}"
     forget_steps_after_checkpoint(store, run_id, output_dir)
     started = time.monotonic()
-    executor = _executor(training, settings, warehouse, pool, training.questions)
-    outcome = run_pool_grpo(
-        trainer.start_policy_path(pool_config.name), training, executor, settings, output_dir,
-        run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=trainer.time_limit_s,
-    )
+    start_policy = trainer.start_policy_path(pool_config.name)
+    with _telemetry(store) as writer:
+        executor = _executor(
+            training, settings, warehouse, pool, training.questions, RolloutLog(writer, run_id, "grpo", _policy_name(start_policy))
+        )
+        outcome = run_pool_grpo(
+            start_policy, training, executor, settings, output_dir,
+            run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=trainer.time_limit_s,
+        )
     elapsed = time.monotonic() - started
     context.log.info(
         f"GRPO {run_id}: at step {outcome.global_step} after {elapsed:.0f}s "
@@ -442,9 +531,9 @@ def conductor_checkpoint(
             "settings": dg.MetadataValue.json(settings.describe()),
             **_pruning_metadata(training),
             **_probe_audit_metadata(manifest),
-            **_curve_metadata(
-                store, run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
-                output_dir / "curves.png", trainer.zero_variance_threshold,
+            **_run_metadata(
+                run_telemetry(store, run_id), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
+                output_dir / "curves.png", trainer.zero_variance_threshold, context.log.error,
             ),
         }
     )

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
-from conductor_pipeline.world_model.data import load_training_frame
+from conductor_pipeline.world_model.data import load_training_frame, rows_by_source
 from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
@@ -103,6 +103,7 @@ def world_model(
     return dg.MaterializeResult(
         metadata={
             "rows": dg.MetadataValue.int(frame.height),
+            "rows_by_source": dg.MetadataValue.json(summary["rows_by_source"]),
             "questions": dg.MetadataValue.int(summary["questions"]),
             "workers": dg.MetadataValue.int(summary["workers"]),
             "cost_model": dg.MetadataValue.text(summary["cost"]),
@@ -151,6 +152,7 @@ def world_model_report(
         "reliability_diagram": png_markdown(report.reliability_png, "reliability diagram"),
         "beats_worker_marginal": dg.MetadataValue.bool(beats),
         "beats_subject_aware": dg.MetadataValue.bool(report.beats_subject_aware),
+        "rows_by_source": dg.MetadataValue.json(rows_by_source(frame)),
         "report_path": dg.MetadataValue.path(str(report_path)),
     }
     for routing in report.routing:

@@ -149,11 +149,26 @@ class WorkflowRecord:
     arm: str | None = None
     repeat: int = 0
     infra_failure: bool = False
+    # Training rollouts only (None on evaluation workflows): see `RolloutTag`.
+    phase: str | None = None
+    training_step: int | None = None
+    rollout: int | None = None
+
     # As on `CallRecord`: the grader whose rules gave `correct`.
     grader_version: str | None = None
 
     def __post_init__(self) -> None:
         self.grader_version = grader_of(self.correct, self.grader_version)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutTag:
+    """Where a training rollout's `workflows` row belongs: the phase of the run that sampled it, the
+    optimizer step whose generation batch it was in (None outside GRPO steps) and its position there."""
+
+    phase: str
+    training_step: int | None
+    rollout: int
 
 
 def grader_of(correct: bool | None, recorded: str | None) -> str | None:

@@ -2,9 +2,11 @@
 
 One typed place for the knobs the training assets share: a profile of the library's
 `GRPOSettings` / `SFTSettings` plus overrides under the library's own field names and help text,
-and the pipeline's own knobs (policy, prompt, warm start, pruning, the gate threshold). The CPU
-profile is the embedded default (a tiny offline model); the GPU profile is the paper's run
-(Qwen2.5-Instruct, vLLM rollouts). Nothing secret lives here.
+and the pipeline's own knobs (policy, prompt, warm start, pruning, the gate). Profiles: `cpu`, the
+embedded default (a tiny offline model, seconds per step); `cpu-smollm2`, a real pretrained
+instruct model (SmolLM2-135M-Instruct, fetched from the package index and converted once) with
+the GPU profile's prompt, chat template and warm-start style at CPU sizes (minutes per step, run
+on purpose); `gpu`, the paper's run (Qwen2.5-Instruct, vLLM rollouts). Nothing secret lives here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import dagster as dg
 from pydantic import Field
 
 from conductor_pipeline.paths import artifacts_root
-from conductor_pipeline.training.gates import ZERO_VARIANCE_THRESHOLD
+from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
+from conductor_pipeline.training.pretrained import smollm2_model
 from conductor_pipeline.training.reward import RewardVariant
 from conductor_pipeline.training.settings import (
     CPU_POLICY_HIDDEN_SIZE,
@@ -25,9 +28,12 @@ from conductor_pipeline.training.settings import (
     GRPO_HELP,
     PAPER_POLICY,
     SFT_HELP,
+    SMOLLM2_POLICY,
     TINY_POLICY,
     GRPOSettings,
+    LoraSettings,
     SFTSettings,
+    settings_help,
 )
 from conductor_pipeline.training.synthetic import SyntheticStyle
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
@@ -36,16 +42,30 @@ from conductor_pipeline.world_model.hooks import PRUNE_HIGH, PRUNE_LOW
 # Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches
 # the format better than more pairs seen once.
 DEFAULT_SFT_EXAMPLES = 256
-# In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where the tiny
-# model's prompt length is its main cost and the warm start teaches the format instead.
+# In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where prompt
+# length is the main cost of a step (4 examples double SmolLM2's ~650-token prompt) and the warm
+# start teaches the format instead.
 CPU_PROMPT_EXAMPLES = 0
 GPU_PROMPT_EXAMPLES = 4
-# Warm-start targets: the paper's shapes with a reasoning line for instruct models; the compact
-# lists-only style for the tiny CPU model (why: conductor_pipeline.training.synthetic).
+# Warm-start targets: the paper's shapes with a reasoning line for instruct models (SmolLM2 and
+# the GPU profile's Qwen2.5); the compact lists-only style for the tiny random-weight model (why:
+# conductor_pipeline.training.synthetic).
 CPU_SYNTHETIC_STYLE: SyntheticStyle = "compact"
 GPU_SYNTHETIC_STYLE: SyntheticStyle = "paper"
+Profile = Literal["cpu", "cpu-smollm2", "gpu"]
+# Per profile: its default policy, GRPO and SFT settings, prompt examples and warm-start style.
+PROFILE_POLICY: dict[str, str] = {"cpu": TINY_POLICY, "cpu-smollm2": SMOLLM2_POLICY, "gpu": PAPER_POLICY}
+PROFILE_PROMPT_EXAMPLES: dict[str, int] = {"cpu": CPU_PROMPT_EXAMPLES, "cpu-smollm2": CPU_PROMPT_EXAMPLES, "gpu": GPU_PROMPT_EXAMPLES}
+PROFILE_SYNTHETIC_STYLE: dict[str, SyntheticStyle] = {
+    "cpu": CPU_SYNTHETIC_STYLE, "cpu-smollm2": GPU_SYNTHETIC_STYLE, "gpu": GPU_SYNTHETIC_STYLE,
+}
+LORA_HELP = settings_help(LoraSettings)
 # Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
 PRUNE_AUDIT_QUESTIONS = 8
+# Parse rate before/after the warm start: this many prompts x samples at temperature 1. 64 samples
+# tell 6% from 90% at a glance and cost a few seconds on the tiny model (minutes on SmolLM2).
+PARSE_CHECK_PROMPTS = 8
+PARSE_CHECK_SAMPLES = 8
 GRPO_DEFAULTS = GRPOSettings()
 
 
@@ -71,14 +91,25 @@ class TrainerResource(dg.ConfigurableResource):
     profile's (`GRPOSettings.cpu_profile` / `gpu_profile`). The other fields are the pipeline's own.
     """
 
-    profile: Literal["cpu", "gpu"] = Field("cpu", description="cpu: tiny offline policy (CI, laptops); gpu: Qwen2.5 + vLLM")
-    output_root: str = Field(default_factory=lambda: str(artifacts_root() / "training"), description="Root folder of models, probe runs, gate verdicts and checkpoints (default <artifacts root>/training)")
+    profile: Profile = Field(
+        "cpu",
+        description="cpu: tiny offline policy (CI, laptops; seconds per step); cpu-smollm2: SmolLM2-135M-Instruct, "
+        "a real pretrained model from the package index (minutes per step); gpu: Qwen2.5 + vLLM",
+    )
+    output_root: str = Field(
+        default_factory=lambda: str(artifacts_root() / "training"),
+        description="Root folder of models, probe runs, gate verdicts and checkpoints (default <artifacts root>/training)",
+    )
     policy_model: str | None = Field(
-        None, description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, {PAPER_POLICY} on gpu"
+        None,
+        description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, '{SMOLLM2_POLICY}' on cpu-smollm2, "
+        f"{PAPER_POLICY} on gpu",
     )
     naming: Literal["ordinal", "names"] = Field("ordinal", description="Workers shown as 'Model 0..k' (paper) or by name")
     prompt_examples: int | None = Field(
-        None, ge=0, description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu, {GPU_PROMPT_EXAMPLES} on gpu"
+        None, ge=0,
+        description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu and cpu-smollm2, "
+        f"{GPU_PROMPT_EXAMPLES} on gpu",
     )
     probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (20: enough groups to judge)")
     seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
@@ -96,14 +127,25 @@ class TrainerResource(dg.ConfigurableResource):
     world_model_bonus_weight: float | None = Field(None, ge=0, description=GRPO_HELP["world_model_bonus_weight"])
     vllm_mode: Literal["colocate", "server"] = Field(GRPO_DEFAULTS.vllm_mode, description=GRPO_HELP["vllm_mode"])
     vllm_server_base_url: str | None = Field(None, description=GRPO_HELP["vllm_server_base_url"])
+    # LoRA, for the warm start and GRPO alike (LoraSettings' names and help text).
+    lora_rank: int = Field(0, ge=0, description=LORA_HELP["rank"])
+    lora_alpha: int = Field(LoraSettings().alpha, ge=1, description=LORA_HELP["alpha"])
 
     # The warm start.
     sft_warm_start: bool = Field(True, description="Supervised warm start on synthetic valid workflows before GRPO")
     sft_examples: int = Field(DEFAULT_SFT_EXAMPLES, ge=1, description="Synthetic warm-start pairs")
     synthetic_style: Literal["auto", "paper", "compact"] = Field(
-        "auto", description=f"Warm-start targets; auto: '{CPU_SYNTHETIC_STYLE}' on cpu, '{GPU_SYNTHETIC_STYLE}' on gpu"
+        "auto",
+        description=f"Warm-start targets; auto: '{CPU_SYNTHETIC_STYLE}' on cpu, '{GPU_SYNTHETIC_STYLE}' on "
+        "cpu-smollm2 and gpu",
     )
     sft: SFTOverrides = Field(default_factory=SFTOverrides, description="Warm-start SFT settings over the profile's")
+    parse_check_prompts: int = Field(
+        PARSE_CHECK_PROMPTS, ge=1, description="Warm start: prompts sampled to measure the parse rate before and after"
+    )
+    parse_check_samples: int = Field(
+        PARSE_CHECK_SAMPLES, ge=1, description="Warm start: samples per prompt (temperature 1) of the parse-rate check"
+    )
 
     # What GRPO trains on, and the gate.
     contested_subpools: bool = Field(
@@ -127,6 +169,11 @@ class TrainerResource(dg.ConfigurableResource):
     zero_variance_threshold: float = Field(
         ZERO_VARIANCE_THRESHOLD, gt=0, le=1, description="The gate passes only if the flat-group fraction is strictly below"
     )
+    gate_on: GateOn = Field(
+        GATE_ON_REWARD,
+        description="What the gate counts as a flat group: 'reward' (equal rewards, the default rule) or "
+        "'correctness' (every rollout equally correct, format ignored: no routing signal); both are reported",
+    )
 
     # ------------------------------------------------------------------ settings
 
@@ -136,10 +183,12 @@ class TrainerResource(dg.ConfigurableResource):
         overrides.update((name, getattr(self, name)) for name in GRPO_OVERRIDES if getattr(self, name) is not None)
         if steps is not None:
             overrides["max_steps"] = steps
+        if self.lora_rank:
+            overrides["lora"] = self.lora_settings()
         if self.profile == "gpu":
             settings = GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode)
         else:
-            settings = GRPOSettings.cpu_profile()
+            settings = GRPOSettings.cpu_smollm2_profile() if self.profile == "cpu-smollm2" else GRPOSettings.cpu_profile()
             if self.policy_model:
                 overrides["policy_model"] = self.policy_model
         settings = replace(settings, **overrides)
@@ -150,21 +199,29 @@ class TrainerResource(dg.ConfigurableResource):
 
     def sft_settings(self) -> SFTSettings:
         """The profile's SFTSettings with the `sft` overrides."""
-        base = SFTSettings.gpu_profile() if self.profile == "gpu" else SFTSettings.cpu_profile()
-        overrides = {name: value for name, value in self.sft.model_dump().items() if value is not None}
+        base = {
+            "gpu": SFTSettings.gpu_profile, "cpu-smollm2": SFTSettings.cpu_smollm2_profile, "cpu": SFTSettings.cpu_profile,
+        }[self.profile]()
+        overrides: dict[str, object] = {name: value for name, value in self.sft.model_dump().items() if value is not None}
+        if self.lora_rank:
+            overrides["lora"] = self.lora_settings()
         return replace(base, seed=self.seed, **overrides)
+
+    def lora_settings(self) -> LoraSettings:
+        """The adapters of the warm start and of GRPO (rank 0: full fine-tuning)."""
+        return LoraSettings(rank=self.lora_rank, alpha=self.lora_alpha)
 
     @property
     def warm_start_style(self) -> SyntheticStyle:
         if self.synthetic_style != "auto":
             return self.synthetic_style
-        return GPU_SYNTHETIC_STYLE if self.profile == "gpu" else CPU_SYNTHETIC_STYLE
+        return PROFILE_SYNTHETIC_STYLE[self.profile]
 
     @property
     def n_prompt_examples(self) -> int:
         if self.prompt_examples is not None:
             return self.prompt_examples
-        return GPU_PROMPT_EXAMPLES if self.profile == "gpu" else CPU_PROMPT_EXAMPLES
+        return PROFILE_PROMPT_EXAMPLES[self.profile]
 
     # ------------------------------------------------------------------ paths
 
@@ -183,16 +240,23 @@ class TrainerResource(dg.ConfigurableResource):
     def checkpoint_dir(self, pool_name: str) -> Path:
         return self.pool_dir(pool_name) / "grpo"
 
+    def models_dir(self) -> Path:
+        """Where base policies built or converted here are cached."""
+        return Path(self.output_root) / "models"
+
     def base_policy_path(self) -> Path | str:
-        """The policy before any training: the tiny model (built offline, cached) or a hub id / path."""
+        """The policy before any training: the tiny model (built offline, cached), SmolLM2 (fetched
+        from the package index and converted, cached) or a hub id / path."""
         model = self.grpo_settings().policy_model
         if model == TINY_POLICY:
             return build_tiny_causal_lm(
-                Path(self.output_root) / "models" / "tiny-conductor",
+                self.models_dir() / "tiny-conductor",
                 hidden_size=CPU_POLICY_HIDDEN_SIZE,
                 num_layers=CPU_POLICY_LAYERS,
                 seed=self.seed,
             )
+        if model == SMOLLM2_POLICY:
+            return smollm2_model(self.models_dir())
         return model
 
     def start_policy_path(self, pool_name: str) -> Path | str:

@@ -66,6 +66,12 @@ CREATE TABLE IF NOT EXISTS workflows (
     repeat        INTEGER DEFAULT 0,
     infra_failure BOOLEAN DEFAULT FALSE
 );
+-- Training rollouts (NULL on evaluation workflows): the phase of the run that sampled it
+-- (parse_check_before | parse_check_after | probe | prune_audit | grpo), its optimizer step (NULL
+-- outside GRPO steps) and its position in that step's generation batch.
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS phase VARCHAR;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS training_step INTEGER;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS rollout INTEGER;
 
 -- As on `calls`: the grader whose rules gave `correct`.
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS grader_version VARCHAR DEFAULT '1';
@@ -88,6 +94,11 @@ CREATE TABLE IF NOT EXISTS training_steps (
     logged_at          TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (run_id, step)
 );
+-- Groups without a gradient: scorable rewards all equal or fewer than two scored (what the gate
+-- judges by default), and groups whose rollouts are all correct or all not correct, format
+-- ignored (no routing signal: such a group can only teach the format).
+ALTER TABLE training_steps ADD COLUMN IF NOT EXISTS frac_groups_no_signal DOUBLE;
+ALTER TABLE training_steps ADD COLUMN IF NOT EXISTS frac_same_correctness DOUBLE;
 
 -- One row per question x worker: the majority verdict of that worker's scored probe samples
 -- (strictly more than half correct; a tie counts as not solved). The oracle SQL reads this.

@@ -24,9 +24,9 @@ workflow (executed one level deeper; its answer becomes the step's answer) or th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.conductor.prompt import (
@@ -46,6 +46,7 @@ from conductor_pipeline.records import (
     CallStatus,
     ChatMessage,
     Question,
+    RolloutTag,
     WorkflowRecord,
     stable_id,
 )
@@ -95,6 +96,13 @@ def add_latency(total: float | None, more: float | None) -> float | None:
     return more if total is None else total + more
 
 
+class RowWriter(Protocol):
+    """Where recorded rows go: a `Warehouse`, or anything with its `insert` (training rollouts are
+    held in a buffer and written between checkpoints, so a step never waits on the warehouse)."""
+
+    def insert(self, table: str, rows: Iterable[Any]) -> int: ...
+
+
 class CompletionScore(NamedTuple):
     """What one scored conductor completion gave: the reward's inputs."""
 
@@ -118,7 +126,7 @@ class Orchestrator:
         pool: PoolConfig,
         workers: Mapping[str, Worker],
         governor: Governor,
-        warehouse: Warehouse | None,
+        warehouse: Warehouse | RowWriter | None,
         *,
         include_question: bool = True,
         max_depth: int = DEFAULT_MAX_DEPTH,
@@ -194,8 +202,14 @@ class Orchestrator:
         repeat: int = 0,
         conductor_output: PolicyOutput | None = None,
         workflow_id: str | None = None,
+        shown_workers: Sequence[str] | None = None,
+        rollout: RolloutTag | None = None,
     ) -> WorkflowRecord:
-        """Parse a conductor's output and execute it; an unparseable one is scored wrong (reward 0)."""
+        """Parse a conductor's output and execute it; an unparseable one is scored wrong (reward 0).
+
+        `shown_workers`: the real names the prompt displayed, when it showed a subset of the pool;
+        `rollout`: where a training rollout belongs (its row carries the phase, step and position).
+        """
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
         if conductor_output is not None:
             self._record_call(
@@ -206,19 +220,19 @@ class Orchestrator:
             )
         conductor_latency = conductor_output.latency_s if conductor_output is not None else None
         try:
-            workflow = self.parse(raw_text)
+            workflow = self.parse(raw_text, shown_workers=shown_workers)
         except WorkflowParseError as exc:
             record = WorkflowRecord(
                 workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
                 conductor=conductor_name, raw_text=raw_text, parse_code=exc.code, n_steps=0,
                 workers=[], final_answer=None, correct=False, cost_usd=0.0,
-                latency_s=conductor_latency, arm=arm, repeat=repeat, infra_failure=False,
+                latency_s=conductor_latency, arm=arm, repeat=repeat, infra_failure=False, **_rollout_fields(rollout),
             )
             await self._record_workflow(record)
             return record
         return await self.execute(
             question, workflow, run_id=run_id, arm=arm, repeat=repeat, conductor_name=conductor_name,
-            raw_text=raw_text, workflow_id=workflow_id, extra_latency_s=conductor_latency,
+            raw_text=raw_text, workflow_id=workflow_id, extra_latency_s=conductor_latency, rollout=rollout,
         )
 
     async def execute(
@@ -234,6 +248,7 @@ class Orchestrator:
         workflow_id: str | None = None,
         extra_latency_s: float | None = None,
         final_step: Callable[[Sequence[StepOutcome]], int] | None = None,
+        rollout: RolloutTag | None = None,
     ) -> WorkflowRecord:
         """Execute an already parsed workflow (steps name real workers) and record it.
 
@@ -255,7 +270,7 @@ class Orchestrator:
             n_steps=len(workflow.steps), workers=[s.worker for s in workflow.steps],
             final_answer=final_answer, correct=correct, cost_usd=state.cost_usd,
             latency_s=add_latency(state.latency_s, extra_latency_s), arm=arm, repeat=repeat,
-            infra_failure=state.infra_failure,
+            infra_failure=state.infra_failure, **_rollout_fields(rollout),
         )
         await self._record_workflow(record)
         return record
@@ -522,6 +537,13 @@ class Orchestrator:
 def workflow_key(run_id: str, arm: str | None, repeat: int, question_id: str, conductor_name: str) -> str:
     """The workflow id: stable, so a rerun of the same run writes (and skips) the same keys."""
     return stable_id("workflow", run_id, arm, repeat, question_id, conductor_name)
+
+
+def _rollout_fields(rollout: RolloutTag | None) -> dict[str, object]:
+    """The `workflows` columns of a training rollout (none for an evaluation workflow)."""
+    if rollout is None:
+        return {}
+    return {"phase": rollout.phase, "training_step": rollout.training_step, "rollout": rollout.rollout}
 
 
 def one_step_workflow(worker: str, question: Question) -> Workflow:

@@ -33,14 +33,15 @@ class PolicyOutput:
     """One sampled completion and what it cost.
 
     `latency_s` is the wall time of the request or batch that produced it (n samples produced
-    together share it). `tokens_estimated` is set when an endpoint returned one usage block for
-    several samples and the per-sample split is proportional to text length.
+    together share it); None when the sampler did not time it (a trainer's batched rollouts).
+    `tokens_estimated` is set when an endpoint returned one usage block for several samples and
+    the per-sample split is proportional to text length.
     """
 
     text: str
     prompt_tokens: int | None
     completion_tokens: int | None
-    latency_s: float
+    latency_s: float | None
     finish_reason: str | None = None
     tokens_estimated: bool = False
 

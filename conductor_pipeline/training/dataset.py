@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,9 @@ from conductor_pipeline.probing.calibration import (
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint, split_of, train_split_rows
-from conductor_pipeline.training.rollouts import PoolExecutor, pool_prompt_rows, sample_completions
+from conductor_pipeline.training.rollouts import PoolExecutor, execute_samples, pool_prompt_rows, sample_completions
 from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.training.telemetry import PRUNE_AUDIT
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.hooks import (
     PRUNE_HIGH,
@@ -218,10 +219,17 @@ def audit_skipped(
     rows = training.prompt_rows(settings, sample)
 
     async def rollouts() -> None:
-        for row, text in await sample_completions(model_path, rows, settings.num_generations, settings.max_completion_length):
-            await executor(text, row)
+        sampled = await sample_completions(model_path, rows, settings.num_generations, settings.max_completion_length)
+        await execute_samples(executor, sampled)
 
-    asyncio.run(rollouts())
+    probe_log = executor.log
+    if probe_log is not None:  # filed under the probe's run, as its audit
+        executor.log = replace(probe_log, phase=PRUNE_AUDIT)
+    try:
+        asyncio.run(rollouts())
+        executor.write_rows()
+    finally:
+        executor.log = probe_log
     rewards = executor.observed_rewards(settings.reward_variant)
     audit = audit_pruning(sample, {q.question_id: rewards.get(q.question_id, []) for q in sample})
     return {"sampled": len(sample), "observed": audit.observed, "really_zero_variance": audit.really_zero_variance,

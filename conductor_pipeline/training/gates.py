@@ -6,6 +6,11 @@ fewer* than 20% of the probe's groups had zero reward variance (a tie fails). Th
 persisted as a small JSON file so that training in a LATER run can check it, not just the run
 that evaluated it; the file names the probe run it judged, so a verdict on an older probe never
 opens the gate for a newer one.
+
+Reward variance counts a group as live when its rollouts differ only in format (0 unparseable vs
+0.5 parsed but wrong): such a group teaches the format, not routing. So every verdict also
+reports the routing-signal figure, the share of groups whose rollouts all have the same
+correctness (format ignored), and `gate_on="correctness"` judges by that figure instead.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from conductor_pipeline.paths import write_json_atomic
 
 # Ship the full run only if strictly fewer than 20% of the probe's groups are flat (no gradient).
 ZERO_VARIANCE_THRESHOLD = 0.20
 ZERO_VARIANCE_GATE = "zero_variance_gate"
+# What the gate judges: groups with equal rewards (the default rule), or groups with equal
+# correctness, format ignored (no routing signal).
+GateOn = Literal["reward", "correctness"]
+GATE_ON_REWARD: GateOn = "reward"
 # The latest probe run of a pool (its id, group size, per-step figures), next to its run folders.
 PROBE_MANIFEST = "latest_probe.json"
 
@@ -38,19 +47,27 @@ class GateVerdict:
     gate: str
     probe_run_id: str
     passed: bool
-    figure: float  # the measured fraction of zero-variance groups over the probe
+    figure: float  # the judged fraction of groups without signal (see `gate_on`)
     threshold: float
     group_size: int
     steps: int
     groups: int
     evaluated_at: str
     detail: str
+    # Defaults, so verdicts written before these fields still load (they judged reward variance).
+    gate_on: str = GATE_ON_REWARD
+    reward_figure: float | None = None  # share of groups with zero reward variance
+    correctness_figure: float | None = None  # share of groups with one correctness (no routing signal)
 
     def describe(self) -> str:
         word = "passed" if self.passed else "FAILED"
+        reward = self.figure if self.reward_figure is None else self.reward_figure
+        routing = "not measured" if self.correctness_figure is None else f"{self.correctness_figure:.3f}"
         return (
-            f"{self.gate} {word}: {self.figure:.3f} of {self.groups} groups (group size {self.group_size}, "
-            f"{self.steps} steps) had zero reward variance; must be strictly below {self.threshold:.2f}"
+            f"{self.gate} {word}: {reward:.3f} of {self.groups} groups (group size {self.group_size}, "
+            f"{self.steps} steps) had zero reward variance, {routing} had the same correctness in every "
+            f"rollout (no routing signal); judged on {self.gate_on}: {self.figure:.3f} must be strictly "
+            f"below {self.threshold:.2f}"
         )
 
     def summary(self) -> dict[str, object]:
@@ -62,10 +79,13 @@ class GateVerdict:
             "steps": self.steps,
             "threshold": self.threshold,
             "probe_run_id": self.probe_run_id,
+            "gate_on": self.gate_on,
+            "flat_reward_fraction": self.reward_figure,
+            "same_correctness_fraction": self.correctness_figure,
         }
 
 
-def _flat_fraction(row: Mapping[str, object]) -> float:
+def step_flat_fraction(row: Mapping[str, object]) -> float:
     """A step's share of groups without signal; a step that logged none counts as all flat.
 
     `frac_groups_no_signal` (ours) also counts groups left with < 2 scorable rollouts after
@@ -78,6 +98,25 @@ def _flat_fraction(row: Mapping[str, object]) -> float:
     return 1.0
 
 
+def step_same_correctness(row: Mapping[str, object]) -> float | None:
+    """A step's share of groups whose rollouts all had the same correctness; None when not logged."""
+    value = row.get("frac_same_correctness")
+    if isinstance(value, int | float) and not math.isnan(float(value)):
+        return float(value)
+    return None
+
+
+def running_mean(values: Iterable[float | None]) -> list[float | None]:
+    """The mean of the values so far at each position (None entries are skipped): the figure the
+    gate would judge had the probe stopped there (steps hold equal numbers of groups)."""
+    total, count, running = 0.0, 0, []
+    for value in values:
+        if value is not None and not math.isnan(value):
+            total, count = total + value, count + 1
+        running.append(total / count if count else None)
+    return running
+
+
 def evaluate_zero_variance(
     step_rows: Iterable[Mapping[str, object]],
     *,
@@ -85,13 +124,28 @@ def evaluate_zero_variance(
     group_size: int,
     groups_per_step: int,
     threshold: float = ZERO_VARIANCE_THRESHOLD,
+    gate_on: GateOn = GATE_ON_REWARD,
 ) -> GateVerdict:
-    """Pool the probe's steps (equal groups per step, so the mean of step fractions) and judge it."""
-    fractions = [_flat_fraction(row) for row in step_rows]
-    if not fractions:
-        figure, detail = 1.0, "the probe logged no steps: no evidence of a gradient"
+    """Pool the probe's steps (equal groups per step, so the mean of step fractions) and judge the
+    figure `gate_on` names; both figures are reported. A step that did not log the correctness
+    figure leaves it unmeasured (and a correctness gate then sees no evidence of a signal)."""
+    rows = list(step_rows)
+    flat_reward = [step_flat_fraction(row) for row in rows]
+    measured = [step_same_correctness(row) for row in rows]
+    same_correctness = [f for f in measured if f is not None]
+    reward_figure = sum(flat_reward) / len(flat_reward) if flat_reward else 1.0
+    correctness_figure = (
+        sum(same_correctness) / len(same_correctness) if same_correctness and len(same_correctness) == len(rows) else None
+    )
+    judged = flat_reward if gate_on == GATE_ON_REWARD else same_correctness
+    figure = reward_figure if gate_on == GATE_ON_REWARD else correctness_figure
+    if not rows:
+        detail = "the probe logged no steps: no evidence of a gradient"
+    elif figure is None:
+        detail = "the probe did not log the same-correctness figure at every step: no evidence of a routing signal"
     else:
-        figure, detail = sum(fractions) / len(fractions), f"per-step fractions: {[round(f, 3) for f in fractions]}"
+        detail = f"per-step fractions ({gate_on}): {[round(f, 3) for f in judged]}"
+    figure = 1.0 if figure is None else figure
     return GateVerdict(
         gate=ZERO_VARIANCE_GATE,
         probe_run_id=probe_run_id,
@@ -99,24 +153,44 @@ def evaluate_zero_variance(
         figure=figure,
         threshold=threshold,
         group_size=group_size,
-        steps=len(fractions),
-        groups=len(fractions) * groups_per_step,
+        steps=len(rows),
+        groups=len(rows) * groups_per_step,
         evaluated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         detail=detail,
+        gate_on=gate_on,
+        reward_figure=reward_figure,
+        correctness_figure=correctness_figure,
     )
 
 
 def judge_probe(
-    manifest: Mapping[str, Any], logged_steps: Iterable[Mapping[str, object]], threshold: float = ZERO_VARIANCE_THRESHOLD
+    manifest: Mapping[str, Any],
+    logged_steps: Iterable[Mapping[str, object]],
+    threshold: float = ZERO_VARIANCE_THRESHOLD,
+    gate_on: GateOn = GATE_ON_REWARD,
 ) -> GateVerdict:
-    """The gate over a probe run: its logged `training_steps` rows (TRL's flat-group figure) joined
-    with the probe manifest's per-step `frac_groups_no_signal` (ours, which the verdict prefers)."""
-    no_signal = {s["step"]: s.get("frac_groups_no_signal") for s in manifest["steps"]}
-    rows = [{"frac_zero_std": r["frac_zero_std"], "frac_groups_no_signal": no_signal.get(r["step"])} for r in logged_steps]
+    """The gate over a probe run: its logged `training_steps` rows (TRL's flat-group figure, and
+    ours when logged) with the probe manifest's per-step figures where a row lacks them."""
+    by_step = {s["step"]: s for s in manifest["steps"]}
+    rows = []
+    for logged in logged_steps:
+        recorded = by_step.get(logged["step"], {})
+        rows.append({
+            "frac_zero_std": logged["frac_zero_std"],
+            **{key: _first_present(logged.get(key), recorded.get(key)) for key in _OUR_STEP_FIGURES},
+        })
     return evaluate_zero_variance(
         rows, probe_run_id=manifest["probe_run_id"], group_size=manifest["group_size"],
-        groups_per_step=manifest["groups_per_step"], threshold=threshold,
+        groups_per_step=manifest["groups_per_step"], threshold=threshold, gate_on=gate_on,
     )
+
+
+# Per-step figures the reward logs (and `training_steps` and the probe manifest keep).
+_OUR_STEP_FIGURES = ("frac_groups_no_signal", "frac_same_correctness")
+
+
+def _first_present(*values: object) -> object:
+    return next((v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))), None)
 
 
 def write_verdict(path: str | Path, verdict: GateVerdict) -> None:
@@ -142,7 +216,7 @@ def probe_manifest(
     """What the gate judges a probe run by: its id, group shape and per-step flat-group figures
     (TRL's `frac_zero_std` and ours), plus `facts` a reader wants next to them."""
     steps = [
-        {"step": s["step"], "frac_zero_std": s["frac_zero_std"], "frac_groups_no_signal": s["frac_groups_no_signal"]}
+        {"step": s["step"], "frac_zero_std": s["frac_zero_std"], **{key: s[key] for key in _OUR_STEP_FIGURES if key in s}}
         for s in step_rows
     ]
     return {"probe_run_id": probe_run_id, **facts, "group_size": group_size, "groups_per_step": groups_per_step,

@@ -13,6 +13,7 @@ What this relies on in TRL 1.16 (trl/trainer/grpo_trainer.py) and transformers' 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +46,7 @@ def step_row(global_step: int, logs: dict[str, Any], parse_counts: dict[str, int
         "reward_std": logs.get("reward_std"),
         "frac_zero_std": logs.get("frac_reward_zero_std"),
         "frac_groups_no_signal": logs.get("conductor/frac_groups_no_signal"),
+        "frac_same_correctness": logs.get("conductor/frac_same_correctness"),
         "parse_fail_rate": logs.get("conductor/parse_fail_rate"),
         "infra_fail_rate": logs.get("conductor/infra_fail_rate"),
         "completion_length_mean": logs.get("completions/mean_length"),
@@ -59,6 +61,7 @@ def step_row(global_step: int, logs: dict[str, Any], parse_counts: dict[str, int
 
 def _make_callbacks(
     on_step: StepCallback | None,
+    before_checkpoint: Callable[[], object] | None,
     reward_fn: Any,
     group_size: int,
     rows: list[dict],
@@ -67,19 +70,36 @@ def _make_callbacks(
     from transformers import TrainerCallback
 
     class StepRowCallback(TrainerCallback):
-        """Turns each training log into a step row; `on_step` returning True stops (and saves)."""
+        """Turns each training log into a step row; `on_step` returning True stops (and saves).
+
+        `step_seconds` is the wall time since the previous row (or the start of training): the
+        whole step, including what `on_step` did for the previous one; `step_cpu_seconds` the CPU
+        time this process spent in it (all threads), which a busy machine inflates far less.
+        """
+
+        last_row_at = time.perf_counter()
+        last_cpu_at = time.process_time()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.last_row_at, self.last_cpu_at = time.perf_counter(), time.process_time()
+            return control
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "reward" not in logs:  # skip the end-of-train summary log
                 return control
             drain = getattr(reward_fn, "drain_counts", None)
             row = step_row(state.global_step, logs, drain() if drain else {}, group_size)
+            now, cpu = time.perf_counter(), time.process_time()
+            row["step_seconds"], row["step_cpu_seconds"] = now - self.last_row_at, cpu - self.last_cpu_at
+            self.last_row_at, self.last_cpu_at = now, cpu
             rows.append(row)
             if on_step is not None and on_step(row):
                 stop_flag["stopped"] = True
                 control.should_training_stop = True
             if control.should_training_stop:
                 control.should_save = True  # an early stop still leaves a checkpoint of this step
+            if control.should_save and before_checkpoint is not None:
+                before_checkpoint()  # the trainer saves right after this callback
             return control
 
     return [StepRowCallback()]
@@ -124,6 +144,7 @@ def train_grpo(
     output_dir: str | Path,
     *,
     on_step: StepCallback | None = None,
+    before_checkpoint: Callable[[], object] | None = None,
     resume: bool = True,
     max_steps_override: int | None = None,
 ) -> TrainingOutcome:
@@ -131,8 +152,10 @@ def train_grpo(
 
     `prompts_dataset` is a `datasets.Dataset` or a list of rows with a conversational `prompt`
     (see `conductor_prompt_rows`). `on_step(row)` gets one row per optimizer step (see
-    `step_row`); returning True stops the run early, which still saves a checkpoint. An exception
-    (including KeyboardInterrupt) saves the progress since the last checkpoint, then re-raises.
+    `step_row`); returning True stops the run early, which still saves a checkpoint.
+    `before_checkpoint()` runs before every checkpoint is saved (e.g. to write what the steps up to
+    it logged). An exception (including KeyboardInterrupt) saves the progress since the last
+    checkpoint, then re-raises.
     """
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -156,13 +179,16 @@ def train_grpo(
         args=settings.to_grpo_config(output_dir),
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=_make_callbacks(on_step, reward_fn, settings.num_generations, rows, stop_flag),
+        callbacks=_make_callbacks(on_step, before_checkpoint, reward_fn, settings.num_generations, rows, stop_flag),
+        peft_config=settings.peft_config(),
     )
     try:
         trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
     finally:
         # An early stop, a fault or a finish between save steps still leaves its last step on disk.
         if trainer.state.global_step > checkpoint_step(last_checkpoint(output_dir)):
+            if before_checkpoint is not None:
+                before_checkpoint()
             trainer._save_checkpoint(trainer.model, trial=None)
     last = last_checkpoint(output_dir)
     return TrainingOutcome(

@@ -6,8 +6,11 @@ What this relies on in TRL 1.16 (trl/trainer/grpo_trainer.py):
   Infrastructure failures are reported that way: excluded, never scored.
 - A group with fewer than two scorable completions has a NaN std, which `frac_reward_zero_std`
   does NOT count as flat; `conductor/frac_groups_no_signal` (logged here) does.
-- Reward functions get every dataset column as a list keyword, plus `trainer_state`, `log_extra`
-  and `log_metric`; `log_metric(name, value)` is averaged per logging step into the trainer's logs.
+- Reward functions get every dataset column as a list keyword, plus `completion_ids`,
+  `trainer_state`, `log_extra` and `log_metric`; `log_metric(name, value)` is averaged per logging
+  step into the trainer's logs. With one generation batch per optimizer step (what
+  `GRPOSettings.gradient_accumulation_steps` arranges), one reward call holds exactly the rollouts
+  of step `trainer_state.global_step + 1`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from conductor_pipeline.workflow import PARSE_OK
+
+# Keys the reward adds to each rollout's row next to the dataset columns: its position in the
+# generation batch, and the optimizer step it belongs to (None outside a trainer).
+ROLLOUT_POSITION = "rollout_position"
+TRAINING_STEP = "training_step"
+# The outcome tallied for a parsed rollout excluded as an infrastructure failure (not scored).
+INFRASTRUCTURE = "infrastructure"
 
 # --- the reward ------------------------------------------------------------------------------
 
@@ -140,23 +150,41 @@ class _ConductorRewardBase:
 
     @staticmethod
     def _rows(prompts: list, kwargs: dict[str, Any]) -> list[dict]:
+        """Each rollout's dataset row, plus its position in the batch and the optimizer step it
+        belongs to (the step the trainer is taking: one past the completed `global_step`)."""
         columns = {k: v for k, v in kwargs.items() if k not in _TRL_REWARD_EXTRAS and isinstance(v, list)}
-        return [{"prompt": prompt, **{k: v[i] for k, v in columns.items()}} for i, prompt in enumerate(prompts)]
+        state = kwargs.get("trainer_state")
+        step = int(state.global_step) + 1 if state is not None and hasattr(state, "global_step") else None
+        return [
+            {"prompt": prompt, **{k: v[i] for k, v in columns.items()}, ROLLOUT_POSITION: i, TRAINING_STEP: step}
+            for i, prompt in enumerate(prompts)
+        ]
 
     def _finish(self, verdicts: list[RolloutVerdict | None], log_metric: Callable | None) -> list[float | None]:
         rewards = [
             reward_for(v, self.variant, cost_weight=self.cost_weight, bonus_weight=self.bonus_weight) for v in verdicts
         ]
-        codes = ["infrastructure" if v is None or v.infrastructure_failure else v.parse_code for v in verdicts]
+        codes = [INFRASTRUCTURE if v is None or v.infrastructure_failure else v.parse_code for v in verdicts]
         self.tally.add(codes)
         if log_metric is not None and verdicts:
             total = len(verdicts)
-            log_metric("conductor/parse_fail_rate", sum(c not in (PARSE_OK, "infrastructure") for c in codes) / total)
-            log_metric("conductor/infra_fail_rate", codes.count("infrastructure") / total)
+            log_metric("conductor/parse_fail_rate", sum(c not in (PARSE_OK, INFRASTRUCTURE) for c in codes) / total)
+            log_metric("conductor/infra_fail_rate", codes.count(INFRASTRUCTURE) / total)
             no_signal = frac_groups_without_signal(rewards, self.group_size)
             if no_signal is not None:
                 log_metric("conductor/frac_groups_no_signal", no_signal)
+            same_correctness = frac_groups_without_signal([correctness(v) for v in verdicts], self.group_size)
+            if same_correctness is not None:
+                log_metric("conductor/frac_same_correctness", same_correctness)
         return rewards
+
+
+def correctness(verdict: RolloutVerdict | None) -> float | None:
+    """1 for a correct rollout, 0 for any other scored one (unparseable or wrong: format ignored),
+    None for an infrastructure failure (not scored)."""
+    if verdict is None or verdict.infrastructure_failure:
+        return None
+    return float(verdict.parse_code == PARSE_OK and bool(verdict.correct))
 
 
 def frac_groups_without_signal(rewards: Sequence[float | None], group_size: int | None) -> float | None:
@@ -197,6 +225,9 @@ class AsyncConductorReward(_ConductorRewardBase):
         verdicts = await asyncio.gather(
             *(self.execute(completion_text(c), row) for c, row in zip(completions, rows, strict=True))
         )
+        flush = getattr(self.execute, "flush", None)
+        if flush is not None:  # an executor that records: one batch of rows per reward call
+            await flush()
         return self._finish(list(verdicts), log_metric)
 
 

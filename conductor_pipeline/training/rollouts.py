@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import HFLocalPolicy
+from conductor_pipeline.conductor.policies import HFLocalPolicy, PolicyOutput
 from conductor_pipeline.conductor.prompt import (
     Naming,
     build_conductor_prompt,
@@ -23,8 +23,9 @@ from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import Question
-from conductor_pipeline.training.reward import RolloutVerdict, reward_for
+from conductor_pipeline.training.reward import ROLLOUT_POSITION, TRAINING_STEP, RolloutVerdict, reward_for
 from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.training.telemetry import RolloutLog
 from conductor_pipeline.workflow import PARSE_OK, parse_code
 
 # --- prompts: the training dataset and randomised pools ------------------------------------
@@ -107,14 +108,21 @@ def pool_prompt_rows(
 
 # --- executing rollouts on the pool ----------------------------------------------------------
 
+# Run id and conductor name of rollouts executed without a log (nothing reaches the warehouse).
+UNRECORDED = "unrecorded"
+
 
 class PoolExecutor:
     """The reward's `execute`: parse a rollout against the sub-pool its prompt showed, run it, grade it.
 
-    Orchestrators and governors are built per event loop (asyncio primitives bind to the loop that
-    first waits on them; TRL awaits async rewards on its own loop thread) and per shown sub-pool.
-    Nothing is recorded in the warehouse (the per-step aggregates go to `training_steps`); each
-    verdict is kept in memory per question (`observed`) for the pruning audit.
+    With a `log` (a `RolloutLog`) every rollout is recorded like an evaluation workflow (its
+    `workflows` row and the `calls` of the conductor and of each executed step), tagged with the
+    log's phase, the optimizer step and its position in the step's batch; `flush` hands what the
+    orchestrators buffered to the log's `RowBuffer`, `write_rows` writes it. Without a log nothing is
+    recorded. Each verdict is also kept in memory per question (`observed`) for the pruning audit.
+
+    Orchestrators and governors are built per event loop: asyncio primitives bind to the loop that
+    first waits on them, and TRL awaits async rewards on its own loop thread.
     """
 
     def __init__(
@@ -124,6 +132,7 @@ class PoolExecutor:
         questions: Sequence[Question],
         naming: str,
         predict_success: Callable[[Question], dict[str, float]] | None = None,
+        log: RolloutLog | None = None,
     ):
         self.pool = pool_config
         self.workers = dict(workers)
@@ -131,27 +140,56 @@ class PoolExecutor:
         self.naming = naming
         # W's P(success) per worker, for the reward bonus; computed once per question.
         self.predict_success = predict_success
+        self.log = log
         self._predicted: dict[str, dict[str, float]] = {}
-        self._orchestrators: dict[tuple[int, tuple[str, ...]], Orchestrator] = {}
+        self._orchestrators: dict[tuple[int, int], Orchestrator] = {}
         self._governors: dict[int, Governor] = {}
         self.observed: dict[str, list[RolloutVerdict]] = {}
 
-    def _orchestrator(self, shown: tuple[str, ...]) -> Orchestrator:
+    def _orchestrator(self) -> Orchestrator:
+        """The orchestrator of this event loop and of the log's writer (one governor per loop)."""
         loop_id = id(asyncio.get_running_loop())
-        key = (loop_id, shown)
+        writer = self.log.buffer if self.log is not None else None
+        key = (loop_id, id(writer))
         if key not in self._orchestrators:
             governor = self._governors.setdefault(loop_id, Governor.from_pool(self.pool))
-            sub_pool = self.pool.model_copy(update={"workers": [self.pool.seat(name) for name in shown]})
-            self._orchestrators[key] = Orchestrator(sub_pool, self.workers, governor, None, naming=self.naming)
+            self._orchestrators[key] = Orchestrator(self.pool, self.workers, governor, writer, naming=self.naming)
         return self._orchestrators[key]
 
-    async def __call__(self, completion: str, row: dict) -> RolloutVerdict:
-        orchestrator = self._orchestrator(tuple(row["workers"]))
+    async def __call__(self, completion: str | PolicyOutput, row: dict) -> RolloutVerdict:
+        """One rollout: `completion` is its text, or the policy's output with its token counts."""
+        output = completion if isinstance(completion, PolicyOutput) else rollout_output(completion, row)
         question = self.questions[row["question_id"]]
-        code, correct, final_worker = await orchestrator.score_completion(question, completion)
-        verdict = RolloutVerdict(code, correct, expected_success=self._expected(question, final_worker))
+        orchestrator = self._orchestrator()
+        if self.log is None:  # nothing is recorded: the ids only name the workflow in memory
+            record = await orchestrator.run_workflow_text(
+                question, output.text, conductor_name=UNRECORDED, run_id=UNRECORDED, shown_workers=row["workers"]
+            )
+        else:
+            tag = self.log.tag(row.get(TRAINING_STEP), int(row.get(ROLLOUT_POSITION, 0)))
+            record = await orchestrator.run_workflow_text(
+                question, output.text, conductor_name=self.log.conductor, run_id=self.log.run_id,
+                shown_workers=row["workers"], rollout=tag, conductor_output=output,
+                workflow_id=self.log.workflow_id(tag, question.question_id),
+            )
+        parsed = record.parse_code == PARSE_OK
+        final_worker = record.workers[-1] if parsed else None
+        verdict = RolloutVerdict(
+            record.parse_code, record.correct if parsed else None, cost_usd=record.cost_usd or 0.0,
+            expected_success=self._expected(question, final_worker),
+        )
         self.observed.setdefault(row["question_id"], []).append(verdict)
         return verdict
+
+    async def flush(self) -> None:
+        """Hand the orchestrators' rows to the log's buffer (at the end of each reward call)."""
+        for orchestrator in list(self._orchestrators.values()):
+            await orchestrator.flush()
+
+    def write_rows(self) -> None:
+        """Write every held row to the warehouse (before a checkpoint, at the end of a run, before reading back)."""
+        if self.log is not None:
+            self.log.buffer.flush()
 
     def _expected(self, question: Question, worker: str | None) -> float | None:
         if self.predict_success is None or worker is None:
@@ -166,29 +204,58 @@ class PoolExecutor:
         return {qid: [r for r in values if r is not None] for qid, values in rewards.items()}
 
 
+def rollout_output(text: str, row: Mapping[str, Any]) -> PolicyOutput:
+    """A trainer's sampled completion as a policy output: its token count when the trainer passed
+    the completion ids; the sampling time is not known per completion (one batch made them all)."""
+    ids = row.get("completion_ids")
+    return PolicyOutput(text=text, prompt_tokens=None, completion_tokens=len(ids) if ids is not None else None, latency_s=None)
+
+
 # --- sampling the policy without training ----------------------------------------------------
 
 
 async def sample_completions(
     model_path: Path | str, rows: Sequence[dict], samples: int, max_new_tokens: int
-) -> list[tuple[dict, str]]:
+) -> list[tuple[dict, PolicyOutput]]:
     """`samples` completions per row at temperature 1 (the rollout temperature), seeded per row."""
     policy = HFLocalPolicy(model_path)
-    texts = []
+    outputs: list[tuple[dict, PolicyOutput]] = []
     try:
         for index, row in enumerate(rows):
-            outputs = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
-            texts += [(row, out.text) for out in outputs]
+            sampled = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
+            outputs += [(row, out) for out in sampled]
     finally:
         await policy.aclose()
-    return texts
+    return outputs
+
+
+async def execute_samples(executor: PoolExecutor, sampled: Sequence[tuple[dict, PolicyOutput]]) -> list[RolloutVerdict]:
+    """Run sampled completions through the executor (position = order sampled), then queue their rows."""
+    verdicts = [await executor(output, {**row, ROLLOUT_POSITION: position}) for position, (row, output) in enumerate(sampled)]
+    await executor.flush()
+    return verdicts
 
 
 def parse_check(
-    model_path: Path | str, rows: Sequence[dict], naming: Naming, max_new_tokens: int, samples: int
+    model_path: Path | str,
+    rows: Sequence[dict],
+    naming: Naming,
+    max_new_tokens: int,
+    samples: int,
+    executor: PoolExecutor | None = None,
 ) -> tuple[float, dict[str, int]]:
     """(share of sampled completions that parse, count per parse code) at temperature 1, each
-    completion parsed against the workers its prompt showed."""
-    texts = asyncio.run(sample_completions(model_path, rows, samples, max_new_tokens))
-    codes = Counter(parse_code(text, displayed_worker_names(row["workers"], naming)) for row, text in texts)
-    return (codes[PARSE_OK] / len(texts) if texts else 0.0), dict(codes.most_common())
+    completion parsed against the workers its prompt showed. With an `executor`, every sample is
+    also executed on the pool and recorded under the executor's log."""
+
+    async def check() -> list[str]:
+        sampled = await sample_completions(model_path, rows, samples, max_new_tokens)
+        if executor is None:
+            return [parse_code(out.text, displayed_worker_names(row["workers"], naming)) for row, out in sampled]
+        return [verdict.parse_code for verdict in await execute_samples(executor, sampled)]
+
+    codes = Counter(asyncio.run(check()))
+    if executor is not None:
+        executor.write_rows()
+    total = sum(codes.values())
+    return (codes[PARSE_OK] / total if total else 0.0), dict(codes.most_common())

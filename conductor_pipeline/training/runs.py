@@ -1,5 +1,7 @@
 """One GRPO run of the conductor on its pool: prompt rows, the reward, one `training_steps` row per
-optimizer step, and progress lines a person can follow (a CPU step takes seconds, a GPU step minutes).
+optimizer step, and progress lines a person can follow (a CPU step takes seconds, a GPU step minutes);
+then what the run left: its rollout telemetry checked against its steps, and its first half of
+steps against its second (parse failures, reward, where rollouts ended).
 """
 
 from __future__ import annotations
@@ -8,14 +10,26 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import polars as pl
+from tabulate import tabulate
 
 from conductor_pipeline.training.dataset import TrainingSet
 from conductor_pipeline.training.grpo import TrainingOutcome, checkpoint_step, last_checkpoint, train_grpo
-from conductor_pipeline.training.reward import make_conductor_reward
+from conductor_pipeline.training.reward import INFRASTRUCTURE, make_conductor_reward
 from conductor_pipeline.training.rollouts import PoolExecutor
 from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.training.telemetry import (
+    final_worker_counts,
+    forget_rollouts_after,
+    rollout_outcome_counts,
+    rollout_row_counts,
+    telemetry_mismatches,
+)
 from conductor_pipeline.warehouse import Warehouse, load_sql
+from conductor_pipeline.workflow import PARSE_OK
 
 # Progress lines at most this often (a CPU step takes about a second, a GPU step minutes).
 PROGRESS_LOG_INTERVAL_S = 10.0
@@ -37,8 +51,7 @@ def training_steps_row(run_id: str, phase: str, row: Mapping) -> dict:
     counts = dict(row.get("parse_code_counts") or {})
     fail_rate = row.get("parse_fail_rate")
     if fail_rate is None and counts:
-        scored = sum(n for code, n in counts.items() if code != "infrastructure")
-        fail_rate = (scored - counts.get("ok", 0)) / scored if scored else None
+        fail_rate = parse_fail_rate(counts)
     return {
         "run_id": run_id,
         "step": int(row["step"]),
@@ -46,6 +59,8 @@ def training_steps_row(run_id: str, phase: str, row: Mapping) -> dict:
         "reward_mean": row.get("reward_mean"),
         "reward_std": row.get("reward_std"),
         "frac_zero_std": row.get("frac_zero_std"),
+        "frac_groups_no_signal": row.get("frac_groups_no_signal"),
+        "frac_same_correctness": row.get("frac_same_correctness"),
         "parse_fail_rate": fail_rate,
         "parse_codes": json.dumps(counts, sort_keys=True),
         "group_size": row.get("group_size"),
@@ -54,6 +69,12 @@ def training_steps_row(run_id: str, phase: str, row: Mapping) -> dict:
         "learning_rate": row.get("learning_rate"),
         "infra_excluded": row.get("infra_fail_rate"),
     }
+
+
+def parse_fail_rate(counts: Mapping[str, int]) -> float | None:
+    """Unparseable rollouts over scored ones (infrastructure failures are not scored); None if none was."""
+    scored = sum(n for code, n in counts.items() if code != INFRASTRUCTURE)
+    return (scored - counts.get(PARSE_OK, 0)) / scored if scored else None
 
 
 def parse_code_totals(parse_codes: Iterable[str | None]) -> dict[str, int]:
@@ -65,12 +86,109 @@ def parse_code_totals(parse_codes: Iterable[str | None]) -> dict[str, int]:
     return totals
 
 
+@dataclass(frozen=True)
+class HalfSummary:
+    """One half of a run's optimizer steps: how its rollouts did and where they ended."""
+
+    first_step: int
+    last_step: int
+    rollouts: int
+    parse_fail_rate: float | None  # failures over scored rollouts (infrastructure failures left out)
+    reward_mean: float | None  # mean of the steps' mean rewards (steps hold equal numbers of rollouts)
+    same_correctness: float | None  # mean share of groups without a routing signal
+    final_workers: dict[str, float]  # share of the half's rollouts ending at each worker ('(unparsed)' too)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def split_halves(steps: pl.DataFrame, final_workers: pl.DataFrame) -> tuple[HalfSummary, HalfSummary] | None:
+    """The first and the second half of a run's logged steps side by side (None below two steps):
+    `steps` are its `training_steps` rows, `final_workers` its rollouts per step and final worker
+    (`telemetry.final_worker_counts`)."""
+    if steps.height < 2:
+        return None
+    ordered = steps.sort("step")
+    middle = ordered.height // 2
+    return _half(ordered[:middle], final_workers), _half(ordered[middle:], final_workers)
+
+
+def _half(steps: pl.DataFrame, final_workers: pl.DataFrame) -> HalfSummary:
+    first, last = int(steps["step"][0]), int(steps["step"][-1])
+    codes = parse_code_totals(steps["parse_codes"].to_list())
+    ended = final_workers.filter(pl.col("step").is_between(first, last)).group_by("final_worker").agg(pl.col("rollouts").sum())
+    total = int(ended["rollouts"].sum()) if ended.height else 0
+    return HalfSummary(
+        first_step=first,
+        last_step=last,
+        rollouts=sum(codes.values()),
+        parse_fail_rate=parse_fail_rate(codes),
+        reward_mean=_mean(steps["reward_mean"]),
+        same_correctness=_mean(steps["frac_same_correctness"]) if "frac_same_correctness" in steps.columns else None,
+        final_workers={row["final_worker"]: row["rollouts"] / total for row in ended.sort("final_worker").iter_rows(named=True)},
+    )
+
+
+def _mean(column: pl.Series) -> float | None:
+    values = column.cast(pl.Float64).fill_nan(None).drop_nulls()
+    return float(values.mean()) if values.len() else None
+
+
+def halves_markdown(first: HalfSummary, second: HalfSummary) -> str:
+    """The two halves as two small tables: the rollout figures, then the final-worker shares."""
+    header = [f"steps {first.first_step}-{first.last_step}", f"steps {second.first_step}-{second.last_step}"]
+    figures = [
+        ("rollouts", first.rollouts, second.rollouts),
+        ("parse-failure rate", format_metric(first.parse_fail_rate), format_metric(second.parse_fail_rate)),
+        ("mean reward", format_metric(first.reward_mean), format_metric(second.reward_mean)),
+        ("groups without routing signal", format_metric(first.same_correctness), format_metric(second.same_correctness)),
+    ]
+    workers = sorted(set(first.final_workers) | set(second.final_workers))
+    shares = [
+        (worker, format_metric(first.final_workers.get(worker, 0.0)), format_metric(second.final_workers.get(worker, 0.0)),
+         f"{second.final_workers.get(worker, 0.0) - first.final_workers.get(worker, 0.0):+.3f}")
+        for worker in workers
+    ]
+    return (
+        tabulate(figures, headers=["", *header], tablefmt="github", disable_numparse=True)
+        + "\n\nShare of rollouts ending at each worker:\n\n"
+        + tabulate(shares, headers=["final worker", *header, "change"], tablefmt="github", disable_numparse=True)
+    )
+
+
+@dataclass(frozen=True)
+class RunTelemetry:
+    """What a training or probe run left in the warehouse, read back for its asset's metadata."""
+
+    steps: pl.DataFrame  # its `training_steps` rows
+    final_workers: pl.DataFrame  # rollouts per step and final worker
+    rows: dict[str, int]  # workflows / conductor_calls / step_calls
+    mismatches: dict[int, dict[str, dict[str, int]]]  # steps whose workflows disagree with training_steps
+    halves: tuple[HalfSummary, HalfSummary] | None
+
+
+def run_telemetry(store: Warehouse, run_id: str) -> RunTelemetry:
+    """A run's steps, rollout rows and their agreement: per step, the outcome counts of its
+    `workflows` rows must equal `training_steps.parse_codes`."""
+    steps = store.query_file("training_steps_of_run", {"run_id": run_id})
+    logged = {int(row["step"]): json.loads(row["parse_codes"] or "{}") for row in steps.iter_rows(named=True)}
+    final_workers = final_worker_counts(store, run_id)
+    return RunTelemetry(
+        steps=steps,
+        final_workers=final_workers,
+        rows=rollout_row_counts(store, run_id),
+        mismatches=telemetry_mismatches(logged, rollout_outcome_counts(store, run_id)),
+        halves=split_halves(steps, final_workers),
+    )
+
+
 def forget_steps_after_checkpoint(store: Warehouse, run_id: str, output_dir: Path) -> int:
-    """Delete the `training_steps` rows a killed run logged past its last checkpoint (a resumed run
-    recomputes those steps); returns the step it will resume from."""
+    """Delete the `training_steps` rows and the rollouts a killed run logged past its last
+    checkpoint (a resumed run recomputes those steps); returns the step it will resume from."""
     resume_step = checkpoint_step(last_checkpoint(output_dir))
     with store.connect() as con:
         con.execute(load_sql("delete_training_steps_after"), {"run_id": run_id, "step": resume_step})
+    forget_rollouts_after(store, run_id, resume_step)
     return resume_step
 
 
@@ -89,7 +207,9 @@ def run_pool_grpo(
 ) -> TrainingOutcome:
     """GRPO on the training set with rollouts executed against the pool; one warehouse row per step.
 
-    Stops early (with a checkpoint) once `time_limit_s` has passed; `log` gets the progress lines.
+    The rollouts the executor records are written before each checkpoint and when the run ends
+    (`PoolExecutor.write_rows`). Stops early (with a checkpoint) once `time_limit_s` has passed; `log`
+    gets the progress lines.
     """
     rows = training.prompt_rows(settings)
     reward = make_conductor_reward(
@@ -118,4 +238,9 @@ def run_pool_grpo(
         f"{phase} {run_id}: {len(rows)} prompts, {settings.questions_per_step} questions x "
         f"{settings.num_generations} rollouts per step, {settings.max_steps} steps, output {output_dir}"
     )
-    return train_grpo(model_path, rows, reward, settings, output_dir, on_step=on_step, resume=resume)
+    try:
+        return train_grpo(
+            model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=executor.write_rows, resume=resume
+        )
+    finally:
+        executor.write_rows()  # the rollouts since the last checkpoint

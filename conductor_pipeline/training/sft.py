@@ -33,7 +33,8 @@ def warm_start_sft(
     """Fine-tune `model_path` on (prompt messages, target workflow text) pairs; return the model dir.
 
     Uses TRL's SFTTrainer on a conversational prompt-completion dataset, so the loss covers the
-    assistant turn only and the model learns to close it with its end-of-turn token. Idempotent:
+    assistant turn only and the model learns to close it with its end-of-turn token. With LoRA
+    (`settings.lora`), the adapters are merged into the saved weights. Idempotent:
     an output_dir whose manifest matches (model, examples, settings) is returned untouched. The
     trainer's log history (loss per step) is written next to the model.
     """
@@ -61,9 +62,13 @@ def warm_start_sft(
         args=settings.to_sft_config(output_dir),
         train_dataset=dataset,
         processing_class=tokenizer,
+        peft_config=settings.peft_config(),
     )
     trainer.train()
-    trainer.save_model(str(output_dir))
+    if settings.peft_config() is None:
+        trainer.save_model(str(output_dir))
+    else:  # adapters merged: GRPO, the parse check and evaluation all read a plain model folder
+        trainer.model.merge_and_unload().save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     (output_dir / SFT_LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1))
     write_json_atomic(manifest_path, {"digest": digest, "base_model": str(model_path), "examples": len(examples)})

@@ -36,6 +36,8 @@ TRAINING_COLUMNS: dict[str, pl.DataType] = {
     "latency_s": pl.Float64(),
     "tokens_estimated": pl.Boolean(),
     "visible_steps": pl.Int32(),
+    # Where a warehouse row comes from: probe | rollout (a training rollout's step) | eval; null elsewhere.
+    "source": pl.String(),
 }
 
 
@@ -48,6 +50,14 @@ def normalize_training_frame(frame: pl.DataFrame) -> pl.DataFrame:
         (pl.col(name).cast(dtype) if name in frame.columns else pl.lit(None, dtype=dtype)).alias(name)
         for name, dtype in TRAINING_COLUMNS.items()
     )
+
+
+def rows_by_source(frame: pl.DataFrame) -> dict[str, int]:
+    """How many scored training rows came from probes, training rollouts and evaluations
+    ('other' for rows without a source, e.g. the replay recordings)."""
+    scored = frame.filter(pl.col("correct").is_not_null())
+    counts = scored.group_by(pl.col("source").fill_null("other")).len().sort("source")
+    return {row["source"]: int(row["len"]) for row in counts.iter_rows(named=True)}
 
 
 def load_training_frame(warehouse: Warehouse) -> pl.DataFrame:

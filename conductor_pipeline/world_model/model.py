@@ -17,7 +17,7 @@ from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of, train_split_rows
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.data import load_training_frame, normalize_training_frame
+from conductor_pipeline.world_model.data import load_training_frame, normalize_training_frame, rows_by_source
 from conductor_pipeline.world_model.features import (
     CATEGORICAL_FEATURES,
     CategoryVocabulary,
@@ -119,6 +119,7 @@ class WorldModel:
             model.latency_info = RegressorInfo(False, 0, "not trained: every row is a replay call, which has no real latency")
         model.training_summary = {
             "rows": frame.height,
+            "rows_by_source": rows_by_source(frame),
             "questions": frame["question_id"].n_unique(),
             "workers": frame["worker"].n_unique(),
             "base_rate": round(float(labels.mean()), 4),

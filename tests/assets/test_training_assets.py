@@ -167,6 +167,18 @@ def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, t
     assert steps["parse_fail_rate"].to_list() == [1.0, 1.0]
     [probe] = result.asset_materializations_for_node("grpo_probe_run")
     assert "1.000 of 4 groups (group size 4" in probe.metadata["summary"].value
+    # Every rollout is telemetry: the probe's 2 steps x 2 questions x 4 rollouts, and the warm
+    # start's parse check (6 prompts x 8 samples), each a `workflows` row with its conductor call.
+    store = Warehouse(database)
+    phases = store.query("SELECT phase, training_step, count(*) AS n FROM workflows GROUP BY ALL ORDER BY ALL")
+    assert phases.rows() == [("parse_check_before", None, 48), ("probe", 1, 8), ("probe", 2, 8)]
+    conductor_calls = store.query("SELECT count(*) AS n FROM calls WHERE kind = 'conductor'")["n"][0]
+    assert conductor_calls == 64
+    assert probe.metadata["rollout_telemetry"].value["matches_training_steps"] is True
+    assert probe.metadata["same_correctness_fraction"].value == 1.0 and probe.metadata["gate_on"].value == "reward"
+    assert "Parse failures over all 16 rollouts: 1.000" in probe.metadata["summary"].value
+    [warm] = result.asset_materializations_for_node("warm_start_policy")
+    assert warm.metadata["rollout_telemetry"].value["workflows"] == 48
 
     later = dg.materialize(
         [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
@@ -211,6 +223,16 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     assert second["step"].value == 2 * steps and Path(second["checkpoint_path"].value).name == f"checkpoint-{2 * steps}"
     logged = Warehouse(database).query("SELECT step, phase FROM training_steps ORDER BY step")
     assert logged["step"].to_list() == [1, 2, 3, 4] and set(logged["phase"]) == {"grpo"}
+    # The resumed run added steps 3-4's rollouts, nothing twice, and they agree with training_steps.
+    rollouts = Warehouse(database).query(
+        "SELECT training_step, count(*) AS n FROM workflows WHERE phase = 'grpo' GROUP BY 1 ORDER BY 1"
+    )
+    assert rollouts.rows() == [(1, 8), (2, 8), (3, 8), (4, 8)]
+    assert second["rollout_telemetry"].value == {
+        "run_id": f"grpo-{POOL}", "workflows": 32, "conductor_calls": 32,
+        "step_calls": second["rollout_telemetry"].value["step_calls"], "matches_training_steps": True,
+    }
+    assert {"learning", "halves"} <= set(second)
     assert {"curves", "curves_path", "gate", "group_size", "checkpoint", "global_step"} <= set(second)
     assert second["global_step"].value == 2 * steps and "resumed from checkpoint-2" in second["checkpoint"].value
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from conductor_pipeline.training.settings import GRPOSettings, SFTSettings, settings_help
+from conductor_pipeline.training.settings import GRPOSettings, LoraSettings, SFTSettings, settings_help
 from resources.trainer import GRPO_OVERRIDES, SFTOverrides, TrainerResource
 
 # Library field names the resource owns itself: a profile-dependent default, or one seed for everything.
@@ -38,3 +38,18 @@ def test_empty_overrides_keep_the_profile_and_set_ones_replace_it():
     unchanged = {f.name for f in fields(GRPOSettings)} - {"num_generations", "max_steps", "seed"}
     cpu = GRPOSettings.cpu_profile()
     assert all(getattr(settings, name) == getattr(cpu, name) for name in unchanged)
+
+
+def test_the_smollm2_profile_and_lora_are_the_librarys_settings():
+    smollm2 = TrainerResource(profile="cpu-smollm2")
+    assert smollm2.grpo_settings() == GRPOSettings.cpu_smollm2_profile()
+    assert smollm2.sft_settings() == SFTSettings.cpu_smollm2_profile()
+    assert smollm2.grpo_settings().policy_model == "smollm2-135m-instruct"
+    assert (smollm2.warm_start_style, smollm2.n_prompt_examples) == ("paper", 0)  # the GPU profile's style
+    lora = TrainerResource(lora_rank=8, lora_alpha=16)
+    assert lora.grpo_settings().lora == lora.sft_settings().lora == LoraSettings(rank=8, alpha=16)
+    assert TrainerResource().grpo_settings().lora.rank == 0  # full fine-tuning by default
+    lora_help = settings_help(LoraSettings)
+    assert TrainerResource.model_fields["lora_rank"].description == lora_help["rank"]
+    assert TrainerResource.model_fields["lora_alpha"].description == lora_help["alpha"]
+    assert TrainerResource().gate_on == "reward"

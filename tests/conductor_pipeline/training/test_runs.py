@@ -55,7 +55,8 @@ def test_the_gate_judges_a_probe_by_its_manifest_and_logged_steps(tmp_path):
     verdict = judge_probe(manifest, logged, threshold=0.2)
     assert verdict.figure == 0.25 and not verdict.passed  # ours (0.5 at step 1) wins over TRL's 0.0
     assert verdict.summary() == {"zero_variance_fraction": 0.25, "group_size": 4, "groups": 4, "steps": 2,
-                                 "threshold": 0.2, "probe_run_id": "p1"}
+                                 "threshold": 0.2, "probe_run_id": "p1", "gate_on": "reward",
+                                 "flat_reward_fraction": 0.25, "same_correctness_fraction": None}
 
 
 def test_flat_groups_counts_questions_with_two_or_more_equal_rewards():

@@ -22,7 +22,7 @@ from conductor_pipeline.training.reward import (
     routing_bonus,
 )
 from conductor_pipeline.training.rollouts import conductor_prompt_rows
-from conductor_pipeline.training.settings import GRPOSettings, SFTSettings, settings_help
+from conductor_pipeline.training.settings import GRPOSettings, LoraSettings, SFTSettings, settings_help
 from conductor_pipeline.training.sft import warm_start_sft
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.workflow import Step, Workflow, parse_code, render_workflow
@@ -282,5 +282,20 @@ def test_grpo_early_stop_still_writes_a_checkpoint(tiny_model, tmp_path):
     assert outcome.checkpoint_dir == tmp_path / "grpo" / "checkpoint-1"
     # A checkpoint is a complete policy: the local HF policy loads and samples from it.
     policy = HFLocalPolicy(outcome.checkpoint_dir)
+    samples = asyncio.run(policy.propose(short_prompt("q", WORKERS), n=2, temperature=1.0, max_new_tokens=4))
+    assert len(samples) == 2
+
+
+def test_lora_warm_start_is_merged_and_grpo_checkpoints_hold_adapters(tiny_model, tmp_path):
+    pytest.importorskip("peft", reason="LoRA needs the peft package (a project dependency): pip install peft")
+    lora = LoraSettings(rank=4, alpha=8)
+    warm = warm_start_sft(tiny_model, synthetic_examples(16), SFTSettings.cpu_profile(max_steps=2, lora=lora), tmp_path / "sft")
+    # The adapters are merged: what GRPO, the parse check and evaluation read is a plain model folder.
+    assert (warm / "model.safetensors").is_file() and not (warm / "adapter_config.json").exists()
+    rows = conductor_prompt_rows(QUESTIONS[:4], WORKERS, short_prompt, question_id=str)
+    settings = GRPOSettings.cpu_profile(max_completion_length=8, num_generations=4, questions_per_step=2, lora=lora)
+    outcome = train_grpo(warm, rows, make_conductor_reward(format_verdict), settings, tmp_path / "grpo", max_steps_override=1)
+    assert outcome.global_step == 1 and (outcome.checkpoint_dir / "adapter_config.json").is_file()
+    policy = HFLocalPolicy(outcome.checkpoint_dir)  # the adapters over the warm-started model they were trained on
     samples = asyncio.run(policy.propose(short_prompt("q", WORKERS), n=2, temperature=1.0, max_new_tokens=4))
     assert len(samples) == 2

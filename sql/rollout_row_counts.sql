@@ -1,0 +1,6 @@
+-- The telemetry one training, probe or parse-check run left: its workflows (one per rollout) and
+-- its calls by kind (the conductor's completions, the executed worker steps). Parameters: $run_id.
+SELECT
+    (SELECT count(*) FROM workflows WHERE run_id = $run_id) AS workflows,
+    (SELECT count(*) FROM calls WHERE run_id = $run_id AND kind = 'conductor') AS conductor_calls,
+    (SELECT count(*) FROM calls WHERE run_id = $run_id AND kind = 'step') AS step_calls;

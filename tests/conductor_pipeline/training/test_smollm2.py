@@ -22,6 +22,7 @@ from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.policies import HFLocalPolicy, OpenAIEndpointPolicy
 from conductor_pipeline.conductor.prompt import displayed_worker_names
 from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
+from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.backends.transformers_serve import TransformersServer
 from conductor_pipeline.pools.config import PoolConfig
@@ -38,7 +39,6 @@ from conductor_pipeline.training.synthetic import warm_start_pairs
 from conductor_pipeline.training.telemetry import RolloutLog, RowBuffer
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_OK, parse_code
-from resources.trainer import DEFAULT_OUTPUT_ROOT
 from tests.builders import RecordingWorker, make_pool, seat
 
 pytestmark = pytest.mark.slow
@@ -59,9 +59,10 @@ WARM_START_LR = 2e-4
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
-    """The converted model in the trainer's model cache (fetched and converted on first use)."""
+    """The converted model in the default artifacts root's model cache (the one `make run` uses, not the
+    test's tmp root: fetched and converted once, then reused by every run)."""
     try:
-        return smollm2_model(DEFAULT_OUTPUT_ROOT / "models")
+        return smollm2_model(ARTIFACTS_DIR / "training" / "models")
     except (PretrainedModelError, ImportError) as exc:
         pytest.skip(f"SmolLM2-135M-Instruct is unavailable here: {exc}")
 

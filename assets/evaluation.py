@@ -22,6 +22,7 @@ on the `conductor` resource for a real result.
 
 # No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -337,17 +338,12 @@ def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
     return metadata
 
 
-def world_model_routing(instance: dg.DagsterInstance, pool: str) -> tuple[float | None, str | None]:
-    """The latest `world_model_report`'s cross-validated routing figure for `pool`: its
-    `headroom_recovered[<pool>]` value and its verdict line for the pool (which carries the interval)."""
-    metadata = latest_metadata(instance, WORLD_MODEL_REPORT_ASSET) or {}
-    entry = metadata.get(f"headroom_recovered[{pool}]")
-    verdict = metadata.get("verdict")
-    line = None
-    if verdict is not None:
-        lines = str(verdict.value).splitlines()
-        line = next((ln.lstrip("- ").strip() for ln in lines if f"routing on {pool} " in ln), None)
-    return (None if entry is None else float(entry.value)), line
+def world_model_routing(instance: dg.DagsterInstance, pool: str) -> Mapping[str, object] | None:
+    """The latest `world_model_report`'s cross-validated routing figures for `pool`
+    (`routing_figures[<pool>]`: questions, population, accuracies, headroom recovered with its
+    interval), or None when the report has not routed this pool."""
+    entry = (latest_metadata(instance, WORLD_MODEL_REPORT_ASSET) or {}).get(f"routing_figures[{pool}]")
+    return None if entry is None else dict(entry.value)
 
 
 def probe_ceilings(instance: dg.DagsterInstance, pool: str) -> dict[str, object] | None:
@@ -401,13 +397,12 @@ def eval_tables(
     if workflows.is_empty():
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")
     pool = str(eval_arms.extra.get("pool", ""))
-    report_headroom, report_verdict = world_model_routing(context.instance, pool)
     results = build_eval_tables(
         eval_arms,
         workflows,
         store.query_file("eval_workflow_tokens", {"run_id": eval_arms.run_id}),
         settings=config.paired_settings(),
-        others=OtherFigures(report_headroom, report_verdict, probe_ceilings(context.instance, pool)),
+        others=OtherFigures(world_model_routing(context.instance, pool), probe_ceilings(context.instance, pool)),
         inline_chars=UI_INLINE_MARKDOWN_CHARS,
     )
 

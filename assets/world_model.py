@@ -158,6 +158,7 @@ def world_model_report(
     for routing in report.routing:
         metadata[f"headroom_recovered[{routing.pool}]"] = dg.MetadataValue.float(routing.headroom_recovered.value)
         metadata[f"routing_population[{routing.pool}]"] = dg.MetadataValue.text(routing.population)
+        metadata[f"routing_figures[{routing.pool}]"] = dg.MetadataValue.json(routing.figures())
     return dg.MaterializeResult(
         metadata=metadata,
         check_results=[

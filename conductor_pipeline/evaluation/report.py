@@ -9,7 +9,6 @@ decimals or "<0.001"; a value that does not exist reads "n/a", never a blank cel
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 
 import polars as pl
@@ -355,8 +354,7 @@ def routing_summary_markdown(
     eval_population: str,
     w_router: PairedComparison | None,
     oracle_accuracy: float | None,
-    report_headroom: float | None,
-    report_verdict: str | None,
+    report: Mapping[str, object] | None,
     ceilings: Mapping[str, object] | None,
 ) -> str:
     """One routing summary per pool: this run's W-router on the eval slice beside the cross-validated
@@ -372,24 +370,18 @@ def routing_summary_markdown(
     else:
         rows.append(["eval_tables (this run)", eval_population, NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE,
                      "no W-router arm", NOT_AVAILABLE, NOT_AVAILABLE])
-    parsed = parse_routing_verdict(report_verdict) if report_verdict else None
-    if parsed is not None:
-        rows.append(["world_model_report (latest)", REPORT_POPULATION, str(parsed["questions"]),
-                     fmt_accuracy(parsed["best_single"]), fmt_accuracy(parsed["oracle"]),
-                     fmt_accuracy(parsed["w_router"]), fmt_points(parsed["w_router"] - parsed["best_single"]),
-                     fmt_share_estimate(parsed["headroom_recovered"])])
+    if report is not None:
+        rows.append(["world_model_report (latest)", str(report.get("population") or REPORT_POPULATION),
+                     str(report["questions"]), fmt_accuracy(report["best_single"]), fmt_accuracy(report["oracle"]),
+                     fmt_accuracy(report["w_router"]), fmt_points(report["w_router"] - report["best_single"]),
+                     fmt_share_estimate(Estimate(*report["headroom_recovered"]))])
     else:
-        recovered = NOT_AVAILABLE if report_headroom is None else _pct(report_headroom)
-        rows.append(["world_model_report (latest)", REPORT_POPULATION, NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE,
-                     NOT_AVAILABLE, NOT_AVAILABLE, recovered if report_verdict or report_headroom is not None
-                     else "not materialized"])
+        rows.append(["world_model_report (latest)", REPORT_POPULATION, *[NOT_AVAILABLE] * 5, "not materialized"])
     if ceilings:
         rows.append(["oracle_ceilings (latest)", CEILING_POPULATION, str(ceilings.get("n_questions", NOT_AVAILABLE)),
                      fmt_accuracy(ceilings.get("best_single")), fmt_accuracy(ceilings.get("oracle")),
                      NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE])
     text = f"Routing on pool `{pool}`\n\n" + _github(rows, headers)
-    if report_verdict:
-        text += f"\n\nworld_model_report says: {report_verdict}"
     text += (
         "\n\nWhy the figures differ: they are measured on different questions. The eval slice is only "
         f"{eval_population}; the report and the ceilings count every probed question, other corpora and "
@@ -397,30 +389,6 @@ def routing_summary_markdown(
         "worker on each resample, where the eval slice keeps the one chosen on the train split."
     )
     return text
-
-
-_ROUTING_VERDICT = re.compile(
-    r"\((?P<workers>\d+) workers, (?P<questions>\d+) held-out questions\): W-router (?P<w>[\d.]+) vs best single "
-    r"(?P<best>[\d.]+) .*?vs oracle (?P<oracle>[\d.]+); headroom recovered (?P<value>[+-]?[\d.]+)% "
-    r"\[(?P<low>[+-]?[\d.]+|nan)%, (?P<high>[+-]?[\d.]+|nan)%\]"
-)
-
-
-def parse_routing_verdict(line: str) -> dict[str, object] | None:
-    """The numbers of `world_model_report`'s routing verdict line, or None when the line is not in
-    that form (it is then shown as written)."""
-    match = _ROUTING_VERDICT.search(line)
-    if match is None:
-        return None
-    return {
-        "questions": int(match["questions"]),
-        "w_router": float(match["w"]),
-        "best_single": float(match["best"]),
-        "oracle": float(match["oracle"]),
-        "headroom_recovered": Estimate(
-            float(match["value"]) / 100, float(match["low"]) / 100, float(match["high"]) / 100
-        ),
-    }
 
 
 def describe_eval_population(corpus: str, math_levels: Sequence[int], *, restricted_to_recorded: bool) -> str:

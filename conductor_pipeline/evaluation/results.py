@@ -55,11 +55,10 @@ from conductor_pipeline.stats import PairedComparison
 @dataclass(frozen=True)
 class OtherFigures:
     """Other assets' routing figures for this pool, set beside this run's in the routing summary:
-    the cross-validated world-model report's headroom share and verdict line, and the probe ceilings
+    the cross-validated world-model report's (`RoutingReport.figures`) and the probe ceilings
     (n_questions, best_single, oracle). None: not materialized."""
 
-    report_headroom: float | None = None
-    report_verdict: str | None = None
+    report: Mapping[str, object] | None = None
     ceilings: Mapping[str, object] | None = None
 
 
@@ -144,7 +143,7 @@ def build_eval_tables(
         "routing_value": routing_summary_markdown(
             pool=str(extra.get("pool", "")), eval_population=population,
             w_router=comparisons.get(WorldModelRouter.name), oracle_accuracy=accuracy.get(OracleRouter.name),
-            report_headroom=others.report_headroom, report_verdict=others.report_verdict, ceilings=others.ceilings,
+            report=others.report, ceilings=others.ceilings,
         ),
         "worker_usage": markdown_table(worker_usage(workflows)),
         "parse_codes": markdown_table(parse_code_histogram(workflows)),

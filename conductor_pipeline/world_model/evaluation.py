@@ -167,6 +167,18 @@ class RoutingReport:
     note: str = ""
     population: str = ""  # the routed questions by corpus and level, and by side of the project's split
 
+    def figures(self) -> dict[str, Any]:
+        """The routing numbers as plain values, for asset metadata that other assets read (no
+        parsing of the verdict text)."""
+        recovered = self.headroom_recovered
+        return {
+            "questions": self.n_questions,
+            "population": self.population,
+            "best_single_worker": self.best_single_worker,
+            **{arm: self.accuracy[arm].value for arm in ("best_single", "oracle", "w_router")},
+            "headroom_recovered": [recovered.value, recovered.low, recovered.high],
+        }
+
     @property
     def verdict(self) -> str:
         w = self.accuracy["w_router"]

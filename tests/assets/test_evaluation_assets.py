@@ -207,17 +207,17 @@ def test_eval_arms_shows_its_checkpoint_and_world_model_as_lineage_but_eval_job_
 
 def test_the_routing_summary_reads_the_latest_report_and_ceilings_of_its_own_pool() -> None:
     instance = dg.DagsterInstance.ephemeral()
-    assert world_model_routing(instance, POOL) == (None, None) and probe_ceilings(instance, POOL) is None
-    line = ("routing on replay-mixed6 (6 workers, 2040 held-out questions): W-router 0.807 vs best single 0.817 "
-            "(gpt-4o) vs oracle 0.910; headroom recovered -9.9% [-19.4%, +0.5%]")
+    assert world_model_routing(instance, POOL) is None and probe_ceilings(instance, POOL) is None
+    figures = {"questions": 2040, "population": "2040 questions", "w_router": 0.807, "best_single": 0.817,
+               "oracle": 0.910, "headroom_recovered": [-0.0995, -0.194, 0.005]}
     instance.report_runless_asset_event(dg.AssetMaterialization("world_model_report", metadata={
-        "verdict": dg.MetadataValue.md(f"- questions: W BEATS worker_marginal\n- {line}"),
+        f"routing_figures[{POOL}]": dg.MetadataValue.json(figures),
         f"headroom_recovered[{POOL}]": dg.MetadataValue.float(-0.0995),
     }))
     instance.report_runless_asset_event(dg.AssetMaterialization("oracle_ceilings", metadata={
         "pool": "another-pool", "n_questions": 10, "best_single": 0.5, "oracle": 0.9,
     }))
-    assert world_model_routing(instance, POOL) == (-0.0995, line)
-    assert world_model_routing(instance, "another-pool") == (None, None)
+    assert world_model_routing(instance, POOL) == figures
+    assert world_model_routing(instance, "another-pool") is None
     assert probe_ceilings(instance, POOL) is None  # the latest ceilings are another pool's
     assert probe_ceilings(instance, "another-pool") == {"n_questions": 10, "best_single": 0.5, "oracle": 0.9}

@@ -73,6 +73,9 @@ def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None
     assert report["beats_worker_marginal"] is True
     assert "data:image/png;base64," in report["reliability_diagram"]
     assert "headroom_recovered[synthetic]" in report
+    figures = report["routing_figures[synthetic]"]  # what eval_tables' routing summary reads
+    assert figures["headroom_recovered"][0] == report["headroom_recovered[synthetic]"]
+    assert figures["best_single"] <= figures["oracle"] and figures["questions"] > 0
     check = result.get_asset_check_evaluations()[0]
     assert check.check_name == BEATS_MARGINAL_CHECK and check.passed
     # The check says what it tests, and its result says plainly where W stands against every baseline.

@@ -4,7 +4,6 @@ enough for the UI, and the routing summary's figures with their populations."""
 from __future__ import annotations
 
 import polars as pl
-import pytest
 
 from conductor_pipeline.evaluation.report import (
     arm_labels,
@@ -13,7 +12,6 @@ from conductor_pipeline.evaluation.report import (
     fmt_cost,
     fmt_p,
     fmt_points,
-    parse_routing_verdict,
     routing_summary_markdown,
     verdict_lines,
 )
@@ -80,19 +78,16 @@ def test_the_conductor_summary_states_the_verdict_and_the_points_that_add_up():
 
 
 def test_the_routing_summary_reconciles_the_eval_slice_the_report_and_the_ceilings():
-    line = ("routing on replay-mixed6 (6 workers, 2040 held-out questions): W-router 0.807 vs best single 0.817 "
-            "(gpt-4o) vs oracle 0.910; headroom recovered -9.9% [-19.4%, +0.5%]")
-    parsed = parse_routing_verdict(line)
-    assert parsed["questions"] == 2040 and parsed["headroom_recovered"].low == pytest.approx(-0.194)
-    assert parse_routing_verdict("something else") is None
+    report = {"questions": 2040, "population": "2040 questions (gsm8k 1319, math L5 721)", "w_router": 0.807,
+              "best_single": 0.817, "oracle": 0.910, "headroom_recovered": [-0.099, -0.194, 0.005]}
     text = routing_summary_markdown(
         pool="replay-mixed6", eval_population="math level 5, eval split", w_router=comparison(0.016, -0.01, 0.04),
-        oracle_accuracy=0.763, report_headroom=-0.0995, report_verdict=line,
-        ceilings={"n_questions": 2040, "best_single": 0.8167, "oracle": 0.9103},
+        oracle_accuracy=0.763, report=report, ceilings={"n_questions": 2040, "best_single": 0.8167, "oracle": 0.9103},
     )
     for expected in ("eval_tables (this run)", "world_model_report (latest)", "oracle_ceilings (latest)",
-                     "math level 5, eval split", "-9.9% [-19.4%, +0.5%]", "0.817", "0.910", "Why the figures differ"):
+                     "math level 5, eval split", "2040 questions (gsm8k 1319, math L5 721)", "-1.0",
+                     "-9.9% [-19.4%, +0.5%]", "0.817", "0.910", "Why the figures differ"):
         assert expected in text, expected
     missing = routing_summary_markdown(pool="p", eval_population="x", w_router=None, oracle_accuracy=None,
-                                       report_headroom=None, report_verdict=None, ceilings=None)
+                                       report=None, ceilings=None)
     assert "not materialized" in missing and "no W-router arm" in missing

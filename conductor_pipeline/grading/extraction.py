@@ -30,6 +30,9 @@ MAX_SPAN_ANSWER_CHARS = 400
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 _ANSWER_KEY_RE = re.compile(r'(?<!\\)"answer"\s*:\s*', re.IGNORECASE)
+# The same key on lower-cased text, without the look-behind: a pattern that starts with a plain literal
+# is searched for about four times faster; the escaped-quote case is filtered out after.
+_LOWER_ANSWER_KEY_RE = re.compile(r'"answer"\s*:\s*')
 _HASH_RE = re.compile(r"####\s*([^\n]*)")
 _TRAILING_PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is|:)|\banswer\s*(?:is|:))\s*:?\s*", re.IGNORECASE)
 _FINAL_ANSWER_RE = re.compile(r"final\s+answer\s*(?:is|:)\s*:?\s*", re.IGNORECASE)
@@ -177,13 +180,24 @@ def _decode_json_string(body: str) -> str:
     return "".join(out)
 
 
+def _answer_keys(text: str) -> list[re.Match[str]]:
+    """Every `"answer":` key of the text not escaped by a backslash, in any letter case (what
+    `_ANSWER_KEY_RE` finds). Lower-casing keeps every offset when it keeps the length (it never
+    shortens text), so the matches on the lowered copy index the text."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        return list(_ANSWER_KEY_RE.finditer(text))
+    keys = _LOWER_ANSWER_KEY_RE.finditer(lowered)
+    return [m for m in keys if m.start() == 0 or text[m.start() - 1] != "\\"]
+
+
 def _json_answer_field(text: str, depth: int = 0) -> tuple[str, int, int] | None:
     """The last ``"answer": value`` in the text, decoded, with the span of its raw value.
 
     Works on the non-strict JSON real models write (raw newlines inside strings, unescaped
     LaTeX backslashes, bare numbers, trailing prose) instead of calling ``json.loads``.
     """
-    for match in reversed(list(_ANSWER_KEY_RE.finditer(text))):
+    for match in reversed(_answer_keys(text)):
         if text[max(0, match.start() - 8) : match.start()].endswith(("e.g.,`", "e.g., `")):
             continue  # the ZeroEval instruction's example (`"answer": "42"`) echoed back
         start = match.end()

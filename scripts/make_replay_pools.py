@@ -132,6 +132,19 @@ VOTE_SEAT = {
     "concurrency": 64,
 }
 
+# The conductor itself as a seat of replay-mixed6-recursive (depth-capped recursion): answered by the
+# conductor policy of the run, so no replay source, family or price.
+CONDUCTOR_SEAT = {
+    "name": "conductor",
+    "backend": "conductor",
+    "model": "conductor",
+    "description": (
+        "The conductor itself: give it a subtask and it writes (and runs) a new workflow over these workers; it "
+        "sees the workflow so far and the answer so far, and may pass that answer through unchanged."
+    ),
+    "concurrency": 8,
+}
+
 # Replay answers instantly: many calls in flight cost nothing, and the governor still caps them.
 REPLAY_SEAT_CONCURRENCY = 64
 REPLAY_MAX_IN_FLIGHT = 256
@@ -203,6 +216,15 @@ def main() -> None:
             "The six replay-mixed6 models plus a majority-vote aggregator seat, so a workflow that fans out to "
             "several workers and lets a last step see their answers can beat any single worker on recordings.",
             [*zeroeval_seats(MIXED6), VOTE_SEAT],
+        ),
+    )
+    write(
+        POOLS_DIR / "replay-mixed6-recursive.yaml",
+        pool_document(
+            "replay-mixed6-recursive",
+            "The six replay-mixed6 models plus the conductor itself as a seat, so a workflow can hand a subtask "
+            "to a new workflow (recursion, depth-capped by the orchestrator).",
+            [*zeroeval_seats(MIXED6), CONDUCTOR_SEAT],
         ),
     )
     write(

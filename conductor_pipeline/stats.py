@@ -136,7 +136,19 @@ def question_resamples(
     return np.random.default_rng(seed).integers(0, n_questions, size=(n_resamples, n_questions))
 
 
-def _percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+def question_resample_counts(
+    n_questions: int, n_resamples: int = DEFAULT_BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> np.ndarray:
+    """How often each question is drawn in each resample, shape (n_resamples, n_questions): the
+    draws of `question_resamples`, for statistics that weight rows rather than index them (a row
+    of a question drawn twice counts twice)."""
+    draws = question_resamples(n_questions, n_resamples, seed)
+    offsets = draws + n_questions * np.arange(n_resamples)[:, None]
+    return np.bincount(offsets.ravel(), minlength=n_resamples * n_questions).reshape(n_resamples, n_questions).astype(float)
+
+
+def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The equal-tailed percentile interval of bootstrap draws, ignoring draws that are not finite."""
     finite = samples[np.isfinite(samples)]
     if finite.size == 0:
         return float("nan"), float("nan")
@@ -191,7 +203,7 @@ def compare_paired(
     if draws.shape[1] != n:
         raise ValueError(f"resamples draw {draws.shape[1]} questions, the arms share {n}")
     difference = a - r
-    low, high = _percentile_interval(difference[draws].mean(axis=1), confidence)
+    low, high = percentile_interval(difference[draws].mean(axis=1), confidence)
     arm_solved, reference_solved = a > 0.5, r > 0.5
     arm_only = int(np.sum(arm_solved & ~reference_solved))
     reference_only = int(np.sum(reference_solved & ~arm_solved))
@@ -218,5 +230,5 @@ def _headroom_recovered(
     room = (oracle - reference)[draws].mean(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         shares = np.where(room > 0, gain / room, np.nan)
-    low, high = _percentile_interval(shares, confidence)
+    low, high = percentile_interval(shares, confidence)
     return Estimate(float((arm.mean() - reference.mean()) / headroom), low, high)

@@ -37,6 +37,7 @@ from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.probing.ceilings import null_pool_table
 from conductor_pipeline.probing.reports import null_pool_note
 from conductor_pipeline.splits import split_of
+from conductor_pipeline.stats import percentile_interval, question_resample_counts
 
 MISSING = "-"
 ALL_CANDIDATES = "all candidates"  # label of the reference row holding every candidate worker
@@ -65,22 +66,6 @@ class PoolSearchSettings(BaseModel):
 
 class PoolSearchError(ValueError):
     """Too little data to search (names what is missing)."""
-
-
-# --- statistics (a plain percentile bootstrap; the one place to swap for a shared paired module) ---
-
-
-def bootstrap_weights(n_rows: int, n_bootstrap: int, seed: int) -> np.ndarray:
-    """(n_bootstrap, n_rows) counts: how often each row is drawn in each resample with replacement.
-    Every statistic computed from the same weights is paired across pools."""
-    rng = np.random.default_rng(seed)
-    return rng.multinomial(n_rows, np.full(n_rows, 1 / n_rows), size=n_bootstrap).astype(float)
-
-
-def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(samples, [tail, 1 - tail])
-    return float(low), float(high)
 
 
 # --- the outcome matrix --------------------------------------------------------------------------
@@ -557,7 +542,7 @@ def search_pools(
         min_size=settings.min_size, max_size=settings.max_size, beam_width=settings.beam_width,
     )
     search_seconds = time.perf_counter() - started
-    weights = bootstrap_weights(n_eval, settings.n_bootstrap, settings.seed)
+    weights = question_resample_counts(n_eval, settings.n_bootstrap, settings.seed)
     results = []
     for size, ranked in kept.items():
         pools = [[searched[i] for i in members] for members in ranked]

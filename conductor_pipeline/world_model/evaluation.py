@@ -37,6 +37,7 @@ from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.plots import reliability_png
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.splits import split_of
+from conductor_pipeline.stats import question_resample_counts
 from conductor_pipeline.world_model.data import normalize_training_frame
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
@@ -413,12 +414,6 @@ def reliability_curve(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndar
     return mean_p, observed, count
 
 
-def _bootstrap_weights(question_codes: np.ndarray, n_questions: int, n: int, seed: int) -> list[np.ndarray]:
-    """Row weights for each resample of questions with replacement (a question drawn twice counts twice)."""
-    rng = np.random.default_rng(seed)
-    return [rng.multinomial(n_questions, np.full(n_questions, 1 / n_questions))[question_codes].astype(float) for _ in range(n)]
-
-
 def score_predictions(
     y: np.ndarray,
     predictions: Mapping[str, np.ndarray],
@@ -431,7 +426,7 @@ def score_predictions(
     """Point metrics and bootstrap intervals per model, and paired W - baseline differences."""
     _, codes = np.unique(question_ids, return_inverse=True)
     n_questions = int(codes.max()) + 1
-    resamples = _bootstrap_weights(codes, n_questions, n_bootstrap, seed)
+    resamples = [counts[codes] for counts in question_resample_counts(n_questions, n_bootstrap, seed)]
     point = {name: _metrics(y, p) for name, p in predictions.items()}
     draws = {}
     for name, p in predictions.items():

@@ -6,7 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conductor_pipeline.stats import Estimate, compare_paired, mcnemar_exact_p, per_question_scores, question_resamples
+from conductor_pipeline.stats import (
+    Estimate,
+    compare_paired,
+    mcnemar_exact_p,
+    per_question_scores,
+    question_resample_counts,
+    question_resamples,
+)
 
 N = 400
 
@@ -84,3 +91,12 @@ def test_inputs_that_do_not_pair_are_refused():
         compare_paired([], [])
     with pytest.raises(ValueError, match="scored repeat"):
         per_question_scores(np.array([[np.nan, np.nan], [1.0, 0.0]]))
+
+
+def test_resample_counts_are_the_index_draws_counted() -> None:
+    draws = question_resamples(7, 50, seed=3)
+    counts = question_resample_counts(7, 50, seed=3)
+    assert counts.shape == (50, 7)
+    assert (counts.sum(axis=1) == 7).all()
+    for row, drawn in zip(counts, draws, strict=True):
+        assert (row == np.bincount(drawn, minlength=7)).all()

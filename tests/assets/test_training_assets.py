@@ -181,6 +181,8 @@ def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, t
     assert "Parse failures over all 16 rollouts: 1.000" in probe.metadata["summary"].value
     [warm] = result.asset_materializations_for_node("warm_start_policy")
     assert warm.metadata["rollout_telemetry"].value["workflows"] == 48
+    # One device setting, resolved once (auto: cuda when torch sees a GPU), reaches every step.
+    assert warm.metadata["device"].value == probe.metadata["device"].value == trainer.resolved_device
 
     later = dg.materialize(
         [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
@@ -398,21 +400,29 @@ def _rollout_executor_for(pool_config, questions, log, **kwargs) -> PoolExecutor
     return PoolExecutor(pool_config, workers, questions, "ordinal", log=log, **kwargs)
 
 
-def test_two_grpo_steps_on_a_pool_that_seats_the_conductor(gsm8k, tmp_path, tiny_model):
-    """The recursive pool trains like any other: random sub-pools show the conductor seat in some
-    prompts (never alone), and two GRPO steps on the tiny policy record every rollout."""
+@pytest.mark.parametrize("pool", [RECURSIVE_POOL, "replay-mixed6-vote"])
+def test_two_grpo_steps_on_a_pool_with_a_seat_that_cannot_answer_alone(gsm8k, tmp_path, tiny_model, pool):
+    """The recursive and the vote pool train like any other: random sub-pools show the conductor or
+    vote seat in some prompts (never alone), and two GRPO steps on the tiny policy record every
+    rollout; on the vote pool the run's metadata carries the fan-out share per step."""
     train, _ = gsm8k
-    database = _warehouse(tmp_path, train, weak_correct=False, pool=RECURSIVE_POOL)
-    resources = _resources(database, tmp_path, tiny_model, pool=RECURSIVE_POOL, sft_warm_start=False, max_steps=2)
+    database = _warehouse(tmp_path, train, weak_correct=False, pool=pool)
+    resources = _resources(database, tmp_path, tiny_model, pool=pool, sft_warm_start=False, max_steps=2)
     _chain(resources, min_size=1, selection=[contested_set])
-    _open_gate(resources["trainer"], pool=RECURSIVE_POOL)
+    _open_gate(resources["trainer"], pool=pool)
     result = dg.materialize(
         [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
         selection=dg.AssetSelection.assets(conductor_checkpoint), resources=resources,
     )
     metadata = result.asset_materializations_for_node("conductor_checkpoint")[0].metadata
-    assert metadata["step"].value == 2 and metadata["device"].value == "cpu"
+    assert metadata["step"].value == 2 and metadata["device"].value == resources["trainer"].resolved_device
     assert metadata["rollout_telemetry"].value["matches_training_steps"]
     assert Warehouse(database).query(
         "SELECT training_step, count(*) AS n FROM workflows WHERE phase = 'grpo' GROUP BY 1 ORDER BY 1"
     ).rows() == [(1, 8), (2, 8)]
+    if pool == RECURSIVE_POOL:
+        assert "fan_out_share" not in metadata
+    else:  # the untrained tiny policy writes no workflow, so none fans out; the figure is there all the same
+        share = metadata["fan_out_share"].value
+        assert share["overall"] == 0.0 and {str(step) for step in share["per_step"]} == {"1", "2"}
+        assert "fan out and aggregate" in metadata["learning"].value

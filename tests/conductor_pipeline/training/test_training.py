@@ -351,3 +351,24 @@ def test_lora_warm_start_is_merged_and_grpo_checkpoints_hold_adapters(tiny_model
     policy = HFLocalPolicy(outcome.checkpoint_dir)  # the adapters over the warm-started model they were trained on
     samples = asyncio.run(policy.propose(short_prompt("q", WORKERS), n=2, temperature=1.0, max_new_tokens=4))
     assert len(samples) == 2
+
+
+def test_parse_checks_and_the_frozen_conductor_load_the_policy_on_the_device_given(monkeypatch, tiny_model):
+    from conductor_pipeline.conductor.policies import HFLocalPolicy
+    from conductor_pipeline.pools.config import load_pool
+    from conductor_pipeline.training import rollouts
+
+    devices: list[str] = []
+
+    class RecordingPolicy(HFLocalPolicy):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            devices.append(self.device)
+
+    monkeypatch.setattr(rollouts, "HFLocalPolicy", RecordingPolicy)
+    rows = conductor_prompt_rows(QUESTIONS[:1], WORKERS, short_prompt, question_id=str)
+    rate, codes = rollouts.parse_check(tiny_model, rows, "ordinal", 8, 2, device="cpu")
+    assert devices == ["cpu"] and sum(codes.values()) == 2 and 0.0 <= rate <= 1.0
+    assert rollouts.frozen_conductor(load_pool("replay-mixed6-recursive"), tiny_model, "cpu").device == "cpu"
+    with pytest.raises(ValueError, match="device must be"):
+        rollouts.parse_check(tiny_model, rows, "ordinal", 8, 2, device="gpu")

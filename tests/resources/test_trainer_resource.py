@@ -92,6 +92,13 @@ def test_one_device_setting_resolves_once_and_trl_follows_it(monkeypatch):
     assert not TrainerResource(profile="gpu").grpo_settings().use_cpu  # the gpu profile never trains on a CPU
     with pytest.raises(ValueError, match="pattern"):
         TrainerResource(device="gpu")
+    # The eval conductor takes the same setting; its local policy resolves it when built (lazily loaded).
+    with pytest.raises(ValueError, match="pattern"):
+        ConductorPolicyResource(device="cuda:")
+    policy = ConductorPolicyResource(kind="hf_local", model_path="/checkpoints/policy").build_policy()
+    assert policy.device == "cpu"
+    assert ConductorPolicyResource(kind="hf_local", model_path="/p", device="cuda:1").build_policy().device == "cuda:1"
+    assert ConductorPolicyResource(device="cuda:1").with_checkpoint("/p").device == "cuda:1"
 
 
 def test_gpu_profile_trains_adapters_for_7b_class_policies_only():

@@ -1,7 +1,9 @@
--- Per workflow of one run (an evaluation or a training run): whether it fans out and aggregates,
--- i.e. it parsed and its final step is an aggregator seat that saw at least two earlier steps
--- (that step's calls.visible_steps). A recursive step's inner calls share the top-level
--- workflow_id, so the final step's call is looked up by index and worker and any match counts.
+-- Per top-level workflow of one run (an evaluation or a training run): whether it fans out and
+-- aggregates, i.e. it parsed and its final step is an aggregator seat that saw at least two earlier
+-- steps (that step's calls.visible_steps). The final step's call is joined by (run_id, workflow_id,
+-- step, worker). Calls of a recursive step's inner workflow are filed under the top-level
+-- workflow_id with their own step indices, so one of them can share that key: any matching call
+-- that saw two or more results counts.
 -- Parameters: $run_id, $aggregators (the pool's vote seats, a non-empty list of names).
 SELECT
     w.workflow_id,

@@ -254,6 +254,7 @@ def eval_arms(
         training_question_ids=tuple(training_ids),
         extra={
             "pool": pool_config.name, "restricted_to_recorded": restricted, "order": config.order,
+            "aggregators": tuple(seat.name for seat in pool_config.workers if seat.is_vote),
             "w_router_lambda_cost": config.w_router_lambda_cost,
             "world_model_training_question_ids": tuple(sorted(train_split_w.training_question_ids))
             if train_split_w is not None else (),
@@ -387,7 +388,8 @@ def eval_tables(
 ) -> dg.MaterializeResult:
     """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), every arm paired against
     the best single worker, the conductor's verdict, the cost story, the routing summary, usage,
-    parse codes, the running gap and the decomposition of each conductor's gap."""
+    parse codes, the running gap and the decomposition of each conductor's gap; on a pool with a vote
+    seat, each conductor arm's fan-out share."""
     store = warehouse.get_warehouse()
     try:
         require_current_grades(store, run_id=eval_arms.run_id)
@@ -397,6 +399,7 @@ def eval_tables(
     if workflows.is_empty():
         raise dg.Failure(f"no workflows recorded for eval run {eval_arms.run_id}: materialize eval_arms first")
     pool = str(eval_arms.extra.get("pool", ""))
+    aggregators = sorted(eval_arms.extra.get("aggregators", ()))
     results = build_eval_tables(
         eval_arms,
         workflows,
@@ -404,6 +407,8 @@ def eval_tables(
         settings=config.paired_settings(),
         others=OtherFigures(world_model_routing(context.instance, pool), probe_ceilings(context.instance, pool)),
         inline_chars=UI_INLINE_MARKDOWN_CHARS,
+        fan_out=store.query_file("workflow_fan_out", {"run_id": eval_arms.run_id, "aggregators": aggregators})
+        if aggregators else None,
     )
 
     out_dir = warehouse.artifact_dir("eval_tables")

@@ -30,6 +30,7 @@ from assets.metadata import png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
+from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint
@@ -54,9 +55,10 @@ from conductor_pipeline.training.gates import (
     write_verdict,
 )
 from conductor_pipeline.training.grpo import remove_checkpoints
-from conductor_pipeline.training.rollouts import PoolExecutor, parse_check
+from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor, parse_check
 from conductor_pipeline.training.runs import (
     RunTelemetry,
+    fan_out_share,
     forget_steps_after_checkpoint,
     format_metric,
     halves_markdown,
@@ -115,17 +117,48 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
         )
 
 
-def _executor(
-    training: TrainingSet, settings: GRPOSettings, warehouse: WarehouseResource, pool: PoolResource,
-    questions: Sequence[Question], log: RolloutLog,
+def _device(trainer: TrainerResource) -> str:
+    """The device this step trains and samples the policy on (`TrainerResource.training_device`)."""
+    try:
+        return trainer.training_device()
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from exc
+
+
+def _aggregators(pool_config: PoolConfig) -> list[str]:
+    """The pool's vote seats: fan-out targets in the warm start, the fan-out share in the curves."""
+    return [seat.name for seat in pool_config.workers if seat.is_vote]
+
+
+def _rollout_executor(
+    training: TrainingSet, settings: GRPOSettings, trainer: TrainerResource, pool: PoolResource,
+    questions: Sequence[Question], **kwargs: object,
 ) -> PoolExecutor:
-    """Rollouts on the pool's workers, recorded under `log`, with W's predictions when the reward bonus is on."""
+    """Rollouts on the pool's workers (conductor seats are answered by the executor's conductor
+    policy, not a Worker), sampled like GRPO's and recursing at most `trainer.max_depth` levels."""
+    pool_config = training.pool_config
+    workers = pool.build_workers([seat.name for seat in pool_config.workers if not seat.is_conductor])
+    return PoolExecutor(
+        pool_config, workers, questions, training.naming, max_depth=trainer.max_depth,
+        temperature=settings.temperature, max_new_tokens=settings.max_completion_length, **kwargs,
+    )
+
+
+def _executor(
+    training: TrainingSet, settings: GRPOSettings, trainer: TrainerResource, warehouse: WarehouseResource,
+    pool: PoolResource, questions: Sequence[Question], log: RolloutLog, start_policy: Path | str, device: str,
+) -> PoolExecutor:
+    """GRPO's rollouts, recorded under `log`, with W's predictions when the reward bonus is on; a
+    frozen copy of `start_policy` answers conductor steps when the pool seats the conductor."""
     pool_config = training.pool_config
     with _failing_step():
         predict = bonus_predictor(
             settings.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
         )
-    return PoolExecutor(pool_config, pool.build_workers(), questions, training.naming, predict, log=log)
+    return _rollout_executor(
+        training, settings, trainer, pool, questions, predict_success=predict, log=log,
+        conductor_policy=frozen_conductor(pool_config, start_policy, device),
+    )
 
 
 @contextmanager
@@ -175,12 +208,13 @@ def _run_metadata(
     report_error: Callable[[str], object],
 ) -> dict[str, dg.MetadataValue]:
     """A GRPO or probe run's curves, its first half against its second, and its rollout telemetry
-    checked against its `training_steps` rows (a mismatch is logged as an error)."""
+    checked against its `training_steps` rows (a mismatch is logged as an error); on a pool with an
+    aggregator, the share of rollouts that fanned out and aggregated, per step and per half."""
     frame = telemetry.steps
     if frame.is_empty():
         return {}
     halves = tuple(half.as_dict() for half in telemetry.halves) if telemetry.halves is not None else None
-    png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves)
+    png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves, telemetry.fan_out)
     png_path.parent.mkdir(parents=True, exist_ok=True)
     png_path.write_bytes(png)
     last = frame.row(-1, named=True)
@@ -202,6 +236,14 @@ def _run_metadata(
         first, second = telemetry.halves
         metadata["learning"] = dg.MetadataValue.md(halves_markdown(first, second))
         metadata["halves"] = dg.MetadataValue.json({"first": first.as_dict(), "second": second.as_dict()})
+    if telemetry.fan_out is not None:
+        halves_share = {} if telemetry.halves is None else {
+            "first_half": telemetry.halves[0].fan_out_share, "second_half": telemetry.halves[1].fan_out_share,
+        }
+        metadata["fan_out_share"] = dg.MetadataValue.json({
+            "overall": fan_out_share(telemetry.fan_out), **halves_share,
+            "per_step": {int(row["step"]): row["fan_out"] / row["rollouts"] for row in telemetry.fan_out.iter_rows(named=True)},
+        })
     return metadata
 
 
@@ -310,6 +352,7 @@ def warm_start_policy(
     training = _training_set(warehouse, pool, trainer)
     pool_config = training.pool_config
     settings = trainer.grpo_settings()
+    device = _device(trainer)
     started = time.monotonic()
     base = trainer.base_policy_path()
     # Exactly the GRPO prompts (same sub-pools, naming, examples): the format learnt is the one scored.
@@ -320,18 +363,19 @@ def warm_start_policy(
     # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
     check_run_id = f"warm-start-{pool_config.name}-{context.run_id[:8]}"
     with _telemetry(training.store) as writer:
-        executor = PoolExecutor(pool_config, pool.build_workers(), training.questions, training.naming)
+        executor = _rollout_executor(training, settings, trainer, pool, training.questions)
 
         def check(model: Path | str, phase: str) -> tuple[float, dict[str, int]]:
             executor.log = RolloutLog(writer, check_run_id, phase, _policy_name(model))
             return parse_check(
-                model, check_rows, trainer.naming, settings.max_completion_length, samples, executor=executor
+                model, check_rows, trainer.naming, settings.max_completion_length, samples, executor=executor, device=device
             )
 
         before, codes_before = check(base, PARSE_CHECK_BEFORE)
         context.log.info(f"base policy {base}: parse rate {before:.2f} on {n_checked} samples")
         metadata: dict[str, dg.MetadataValue] = {
             "base_policy": dg.MetadataValue.text(str(base)),
+            "device": dg.MetadataValue.text(device),
             "parse_rate_before": dg.MetadataValue.float(before),
             "parse_codes_before": dg.MetadataValue.json(codes_before),
             "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
@@ -344,7 +388,10 @@ def warm_start_policy(
                 "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
             })
         style = trainer.warm_start_style
-        pairs = warm_start_pairs(rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.naming, style=style)
+        pairs = warm_start_pairs(
+            rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.naming, style=style,
+            aggregators=_aggregators(pool_config),
+        )
         sft = trainer.sft_settings()
         context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
         sft_started = time.monotonic()
@@ -390,21 +437,22 @@ def grpo_probe_run(
     training = _training_set(warehouse, pool, trainer)
     pool_config, store = training.pool_config, training.store
     settings = trainer.grpo_settings(steps=trainer.probe_steps)
+    device = _device(trainer)
     probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
     start_policy = trainer.start_policy_path(pool_config.name)
     with _telemetry(store) as writer:
         executor = _executor(
-            training, settings, warehouse, pool, [*training.questions, *training.skipped],
-            RolloutLog(writer, probe_run_id, "probe", _policy_name(start_policy)),
+            training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],
+            RolloutLog(writer, probe_run_id, "probe", _policy_name(start_policy)), start_policy, device,
         )
         outcome = run_pool_grpo(
             start_policy, training, executor, settings, output_dir,
             run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
         )
         elapsed = time.monotonic() - started
-        pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions)
+        pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions, device)
     if pruning is not None:
         context.log.info(f"world-model pruning: {pruning}")
     # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
@@ -417,7 +465,7 @@ def grpo_probe_run(
     write_probe_manifest(trainer.probe_dir(pool_config.name), manifest)
     preview = judge_probe(manifest, manifest["steps"], threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on)
     context.log.info(f"probe {probe_run_id}: {outcome.global_step} steps in {elapsed:.0f}s; {preview.describe()}")
-    telemetry = run_telemetry(store, probe_run_id)
+    telemetry = run_telemetry(store, probe_run_id, _aggregators(pool_config))
     summary = (
         f"{outcome.global_step} probe steps in {elapsed:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
         f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance and "
@@ -443,6 +491,7 @@ def grpo_probe_run(
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
             "seconds_per_step": dg.MetadataValue.float(round(elapsed / max(outcome.global_step, 1), 2)),
             "settings": dg.MetadataValue.json(settings.describe()),
+            "device": dg.MetadataValue.text(device),
             "contested_subpools": dg.MetadataValue.bool(trainer.contested_subpools),
             "world_model_pruning": dg.MetadataValue.json(pruning) if pruning else dg.MetadataValue.text("off"),
             **({"pruned_questions": dg.MetadataValue.int(len(training.skipped))} if pruning else {}),
@@ -495,6 +544,7 @@ def conductor_checkpoint(
     training = _training_set(warehouse, pool, trainer)
     store = training.store
     settings = trainer.grpo_settings()
+    device = _device(trainer)
     output_dir = trainer.checkpoint_dir(pool_config.name)
     run_id = f"grpo-{pool_config.name}"
     forget_steps_after_checkpoint(store, run_id, output_dir)
@@ -502,7 +552,8 @@ def conductor_checkpoint(
     start_policy = trainer.start_policy_path(pool_config.name)
     with _telemetry(store) as writer:
         executor = _executor(
-            training, settings, warehouse, pool, training.questions, RolloutLog(writer, run_id, "grpo", _policy_name(start_policy))
+            training, settings, trainer, warehouse, pool, training.questions,
+            RolloutLog(writer, run_id, "grpo", _policy_name(start_policy)), start_policy, device,
         )
         outcome = run_pool_grpo(
             start_policy, training, executor, settings, output_dir,
@@ -529,10 +580,11 @@ def conductor_checkpoint(
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
             "gate": dg.MetadataValue.json(verdict.summary()),
             "settings": dg.MetadataValue.json(settings.describe()),
+            "device": dg.MetadataValue.text(device),
             **_pruning_metadata(training),
             **_probe_audit_metadata(manifest),
             **_run_metadata(
-                run_telemetry(store, run_id), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
+                run_telemetry(store, run_id, _aggregators(pool_config)), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
                 output_dir / "curves.png", trainer.zero_variance_threshold, context.log.error,
             ),
         }

@@ -80,11 +80,14 @@ def training_curves_png(
     threshold: float | None = None,
     final_workers: pl.DataFrame | None = None,
     halves: tuple[Mapping[str, object], Mapping[str, object]] | None = None,
+    fan_out: pl.DataFrame | None = None,
 ) -> bytes:
     """PNG: reward mean +- std; groups without signal (per step, and the running figure the gate
     judges); parse-failure rate by code; completion length; and, given `final_workers` (rollouts
     per step and final worker), the share of rollouts ending at each worker, beside `halves` (the
-    first and second half of the steps: parse_fail_rate, reward_mean, same_correctness)."""
+    first and second half of the steps: parse_fail_rate, reward_mean, same_correctness, and
+    fan_out_share where the pool has an aggregator). `fan_out` (step, rollouts, fan_out) draws the
+    share of rollouts that fanned out and aggregated over the final-worker shares."""
     plt = pyplot()
     steps = frame["step"].to_numpy()
 
@@ -109,7 +112,7 @@ def training_curves_png(
     axes[1, 1].plot(steps, column("completion_length"), marker=".", color="#548235")
     axes[1, 1].set_title("mean completion length (tokens)", fontsize=9)
     if rows == 3:
-        _final_worker_panel(axes[2, 0], final_workers)
+        _final_worker_panel(axes[2, 0], final_workers, fan_out)
         _halves_panel(axes[2, 1], halves)
     for axis in axes.flat:
         axis.tick_params(labelsize=7)
@@ -137,13 +140,17 @@ def _gate_panel(axis, frame: pl.DataFrame, steps, threshold: float | None) -> No
     axis.legend(fontsize=6)
 
 
-def _final_worker_panel(axis, final_workers: pl.DataFrame) -> None:
-    """Stacked shares of each step's rollouts by the worker whose answer was final."""
+def _final_worker_panel(axis, final_workers: pl.DataFrame, fan_out: pl.DataFrame | None = None) -> None:
+    """Stacked shares of each step's rollouts by the worker whose answer was final, and the share
+    that fanned out and aggregated (a line) where the pool has an aggregator."""
     table = final_workers.pivot(on="final_worker", index="step", values="rollouts").fill_null(0).sort("step")
     workers = [c for c in table.columns if c != "step"]
     counts = np.array([table[w].to_numpy() for w in workers], dtype=float)
     shares = counts / np.maximum(counts.sum(axis=0), 1)
     axis.stackplot(table["step"].to_numpy(), shares, labels=workers, alpha=0.85)
+    if fan_out is not None and fan_out.height:
+        share = fan_out["fan_out"].cast(pl.Float64) / fan_out["rollouts"].cast(pl.Float64).clip(lower_bound=1)
+        axis.plot(fan_out["step"].to_numpy(), share.to_numpy(), color="black", marker=".", label="fan out + aggregate")
     axis.set_title("share of rollouts ending at each worker", fontsize=9)
     axis.set_ylim(0, 1)
     axis.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
@@ -155,6 +162,8 @@ def _halves_panel(axis, halves: tuple[Mapping[str, object], Mapping[str, object]
         axis.axis("off")
         return
     figures = [("parse failures", "parse_fail_rate"), ("mean reward", "reward_mean"), ("no routing signal", "same_correctness")]
+    if any(half.get("fan_out_share") is not None for half in halves):
+        figures.append(("fan out", "fan_out_share"))
     positions = np.arange(len(figures))
     for offset, (label, half) in zip((-0.2, 0.2), (("first half", halves[0]), ("second half", halves[1])), strict=True):
         values = [half.get(key) for _, key in figures]

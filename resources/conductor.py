@@ -9,7 +9,14 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.conductor.policies import ConductorPolicy, HFLocalPolicy, OpenAIEndpointPolicy
+from conductor_pipeline.conductor.policies import (
+    AUTO_DEVICE,
+    DEVICE_HELP,
+    DEVICE_PATTERN,
+    ConductorPolicy,
+    HFLocalPolicy,
+    OpenAIEndpointPolicy,
+)
 from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
 from conductor_pipeline.evaluation.arms import ConductorArm
 from conductor_pipeline.paths import ARTIFACTS_DIR
@@ -34,7 +41,7 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         None,
         description="hf_local: a checkpoint folder (e.g. from training); empty builds the tiny offline model",
     )
-    device: str = Field("cpu", description="hf_local: torch device")
+    device: str = Field(AUTO_DEVICE, pattern=DEVICE_PATTERN.pattern, description=f"hf_local: {DEVICE_HELP}")
     base_url: str | None = Field(None, description="openai_endpoint: base URL ending in /v1")
     model: str | None = Field(None, description="openai_endpoint: served model id")
     api_key_env: str | None = Field(

@@ -18,6 +18,14 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
+from conductor_pipeline.conductor.orchestrator import DEFAULT_MAX_DEPTH
+from conductor_pipeline.conductor.policies import (
+    AUTO_DEVICE,
+    DEVICE_HELP,
+    DEVICE_PATTERN,
+    resolve_device,
+    select_cuda_device,
+)
 from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
 from conductor_pipeline.training.pretrained import smollm2_model
@@ -33,6 +41,7 @@ from conductor_pipeline.training.settings import (
     GRPOSettings,
     LoraSettings,
     SFTSettings,
+    gpu_lora,
     settings_help,
 )
 from conductor_pipeline.training.synthetic import SyntheticStyle
@@ -79,7 +88,7 @@ class SFTOverrides(dg.Config):
 # The TrainerResource fields that override GRPOSettings fields of the same name (None: the profile's).
 GRPO_OVERRIDES = (
     "num_generations", "questions_per_step", "max_steps", "learning_rate", "max_completion_length", "save_steps",
-    "reward_variant", "randomize_pools", "world_model_bonus_weight", "vllm_mode", "vllm_server_base_url",
+    "reward_variant", "cost_weight", "randomize_pools", "world_model_bonus_weight", "vllm_mode", "vllm_server_base_url",
 )
 
 
@@ -105,6 +114,11 @@ class TrainerResource(dg.ConfigurableResource):
         description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, '{SMOLLM2_POLICY}' on cpu-smollm2, "
         f"{PAPER_POLICY} on gpu",
     )
+    device: str = Field(
+        AUTO_DEVICE, pattern=DEVICE_PATTERN.pattern,
+        description=f"{DEVICE_HELP}: the warm start, its parse checks, GRPO (TRL's use_cpu follows it), the "
+        "pruning audit and the frozen policy that answers recursive conductor steps",
+    )
     naming: Literal["ordinal", "names"] = Field("ordinal", description="Workers shown as 'Model 0..k' (paper) or by name")
     prompt_examples: int | None = Field(
         None, ge=0,
@@ -123,13 +137,21 @@ class TrainerResource(dg.ConfigurableResource):
     save_steps: int | None = Field(None, ge=1, description=GRPO_HELP["save_steps"])
     # Literal fields cannot be optional in Dagster config: their defaults are every profile's value.
     reward_variant: RewardVariant = Field(GRPO_DEFAULTS.reward_variant, description=GRPO_HELP["reward_variant"])
+    cost_weight: float | None = Field(None, ge=0, description=GRPO_HELP["cost_weight"])
     randomize_pools: bool | None = Field(None, description=GRPO_HELP["randomize_pools"])
     world_model_bonus_weight: float | None = Field(None, ge=0, description=GRPO_HELP["world_model_bonus_weight"])
     vllm_mode: Literal["colocate", "server"] = Field(GRPO_DEFAULTS.vllm_mode, description=GRPO_HELP["vllm_mode"])
     vllm_server_base_url: str | None = Field(None, description=GRPO_HELP["vllm_server_base_url"])
-    # LoRA, for the warm start and GRPO alike (LoraSettings' names and help text).
-    lora_rank: int = Field(0, ge=0, description=LORA_HELP["rank"])
-    lora_alpha: int = Field(LoraSettings().alpha, ge=1, description=LORA_HELP["alpha"])
+    # LoRA, for the warm start and GRPO alike (LoraSettings' names and help text); empty: the profile's.
+    lora_rank: int | None = Field(None, ge=0, description=LORA_HELP["rank"])
+    lora_alpha: int | None = Field(None, ge=1, description=LORA_HELP["alpha"])
+    lora_target_modules: str | None = Field(None, description=LORA_HELP["target_modules"])
+    # Recursion: a pool that seats the conductor.
+    max_depth: int = Field(
+        DEFAULT_MAX_DEPTH, ge=0,
+        description="Recursion depth cap when the pool seats the conductor (a rollout's conductor steps are "
+        "answered by a frozen copy of the policy GRPO started from)",
+    )
 
     # The warm start.
     sft_warm_start: bool = Field(True, description="Supervised warm start on synthetic valid workflows before GRPO")
@@ -179,12 +201,11 @@ class TrainerResource(dg.ConfigurableResource):
 
     def grpo_settings(self, *, steps: int | None = None) -> GRPOSettings:
         """The profile's GRPOSettings with this resource's overrides (`steps` overrides max_steps)."""
-        overrides: dict[str, object] = {"seed": self.seed}
+        overrides: dict[str, object] = {"seed": self.seed, "use_cpu": self.trains_on_cpu}
         overrides.update((name, getattr(self, name)) for name in GRPO_OVERRIDES if getattr(self, name) is not None)
         if steps is not None:
             overrides["max_steps"] = steps
-        if self.lora_rank:
-            overrides["lora"] = self.lora_settings()
+        overrides["lora"] = self.lora_settings()
         if self.profile == "gpu":
             settings = GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode)
         else:
@@ -199,17 +220,43 @@ class TrainerResource(dg.ConfigurableResource):
 
     def sft_settings(self) -> SFTSettings:
         """The profile's SFTSettings with the `sft` overrides."""
-        base = {
-            "gpu": SFTSettings.gpu_profile, "cpu-smollm2": SFTSettings.cpu_smollm2_profile, "cpu": SFTSettings.cpu_profile,
-        }[self.profile]()
+        if self.profile == "gpu":
+            base = SFTSettings.gpu_profile(self.policy_model or PAPER_POLICY)
+        else:
+            base = SFTSettings.cpu_smollm2_profile() if self.profile == "cpu-smollm2" else SFTSettings.cpu_profile()
         overrides: dict[str, object] = {name: value for name, value in self.sft.model_dump().items() if value is not None}
-        if self.lora_rank:
-            overrides["lora"] = self.lora_settings()
-        return replace(base, seed=self.seed, **overrides)
+        return replace(
+            base, seed=self.seed, use_cpu=self.trains_on_cpu, lora=self.lora_settings(), **overrides
+        )
 
     def lora_settings(self) -> LoraSettings:
-        """The adapters of the warm start and of GRPO (rank 0: full fine-tuning)."""
-        return LoraSettings(rank=self.lora_rank, alpha=self.lora_alpha)
+        """The adapters of the warm start and of GRPO: the profile's (`gpu_lora` on gpu: adapters for
+        7B-class policies; none on the cpu profiles) with the `lora_*` fields set here (rank 0: full
+        fine-tuning)."""
+        base = gpu_lora(self.policy_model or PAPER_POLICY) if self.profile == "gpu" else LoraSettings()
+        chosen = {"rank": self.lora_rank, "alpha": self.lora_alpha, "target_modules": self.lora_target_modules}
+        return replace(base, **{name: value for name, value in chosen.items() if value is not None})
+
+    @property
+    def resolved_device(self) -> str:
+        """`device` with `auto` resolved (`resolve_device`): cuda when torch sees a GPU, else cpu."""
+        return resolve_device(self.device)
+
+    @property
+    def trains_on_cpu(self) -> bool:
+        """TRL's `use_cpu`: whether the device resolves to the CPU. Never on the gpu profile, which
+        refuses a CPU device instead (`training_device`)."""
+        return self.profile != "gpu" and self.resolved_device == "cpu"
+
+    def training_device(self) -> str:
+        """The resolved device, made the current GPU when it names one (`cuda:N`), for a step that
+        trains or samples the policy; refused for the gpu profile without a GPU (its bf16 and vLLM
+        settings cannot run on a CPU)."""
+        device = self.resolved_device
+        if self.profile == "gpu" and device == "cpu":
+            raise ValueError(f"the gpu profile needs a GPU, but device {self.device!r} resolves to cpu on this machine")
+        select_cuda_device(device)
+        return device
 
     @property
     def warm_start_style(self) -> SyntheticStyle:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +27,38 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 1.0
 # Long enough for a 7B model to write a 1k-token workflow on a busy shared server.
 DEFAULT_TIMEOUT_S = 120.0
+
+# --- where a local model runs --------------------------------------------------------------------
+
+AUTO_DEVICE = "auto"
+# What a device setting may say: `auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda`
+# (the current GPU) or `cuda:N`.
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEVICE_HELP = (
+    "Where local models run: 'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda' or 'cuda:N'"
+)
+
+
+def resolve_device(device: str = AUTO_DEVICE) -> str:
+    """The torch device a setting names: `auto` becomes `cuda` when torch sees a GPU and `cpu`
+    otherwise; `cpu`, `cuda` and `cuda:N` are kept as written (a configuration may be built on a
+    machine other than the one that runs it)."""
+    if not DEVICE_PATTERN.fullmatch(device):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if device != AUTO_DEVICE:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def select_cuda_device(device: str) -> None:
+    """Make `cuda:N` the current GPU, so code that places tensors on plain `cuda` (a trainer under
+    accelerate, one process) uses it; nothing for `cpu` or `cuda`."""
+    if device.startswith("cuda:"):
+        import torch
+
+        torch.cuda.set_device(int(device.split(":", 1)[1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +110,13 @@ class HFLocalPolicy:
 
     The model loads on first use (so building the policy is cheap, e.g. in a Dagster resource),
     and generation runs in a worker thread behind a lock so the event loop stays responsive and
-    two prompts never share the model concurrently.
+    two prompts never share the model concurrently. `device` is resolved once, here
+    (`resolve_device`: `auto` is a GPU when there is one).
     """
 
-    def __init__(self, model_path: str | Path, device: str = "cpu", *, name: str | None = None):
+    def __init__(self, model_path: str | Path, device: str = AUTO_DEVICE, *, name: str | None = None):
         self.model_path = Path(model_path)
-        self.device = device
+        self.device = resolve_device(device)
         self.name = name or f"hf:{self.model_path.name}"
         self._model: Any = None
         self._tokenizer: Any = None

@@ -43,6 +43,7 @@ from conductor_pipeline.evaluation.tables import (
     arm_table,
     common_questions,
     conductor_decompositions,
+    fan_out_by_arm,
     parse_code_histogram,
     routing_value,
     running_gap,
@@ -86,8 +87,12 @@ def build_eval_tables(
     settings: PairedSettings = DEFAULT_PAIRED,
     others: OtherFigures | None = None,
     inline_chars: int | None = None,
+    fan_out: pl.DataFrame | None = None,
 ) -> EvalTables:
     """Every table of the run `summary` names from its `workflows` (and per-workflow `call_tokens`).
+
+    `fan_out`: the run's `sql/workflow_fan_out.sql` rows on a pool with a vote seat; each conductor
+    arm's share of workflows that fanned out and aggregated is then published (`fan_out`).
 
     `inline_chars`: the verdict lines are shortened until they fit (the UI shows shorter markdown
     without a click). Verdicts and sweeps use `settings` for every paired interval.
@@ -150,6 +155,9 @@ def build_eval_tables(
         "running_gap": markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions",
         "decomposition": decomposition_markdown(decompositions) if decompositions else "no conductor arm",
     }
+    if fan_out is not None:
+        shares = fan_out_by_arm(fan_out.filter(pl.col("arm").is_in(conductors)))
+        markdown["fan_out"] = markdown_table(shares) if shares.height else "no conductor arm"
     return EvalTables(
         table=table,
         gap=gap,

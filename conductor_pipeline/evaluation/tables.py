@@ -195,6 +195,19 @@ def worker_usage(workflows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def fan_out_by_arm(flags: pl.DataFrame) -> pl.DataFrame:
+    """Per arm, the share of its workflows (infrastructure failures left out) that fanned out to
+    several workers and aggregated them with a vote seat: `flags` are the rows of
+    `sql/workflow_fan_out.sql` (workflow_id, arm, infra_failure, fans_out)."""
+    return (
+        flags.filter(~pl.col("infra_failure").fill_null(False))
+        .group_by("arm")
+        .agg(pl.len().alias("workflows"), pl.col("fans_out").sum().alias("fan_out"))
+        .with_columns((pl.col("fan_out") / pl.col("workflows")).alias("share"))
+        .sort("arm")
+    )
+
+
 def parse_code_histogram(workflows: pl.DataFrame) -> pl.DataFrame:
     """Per arm and parse code, how many workflows (infra failures left out: they are not outputs)."""
     return (

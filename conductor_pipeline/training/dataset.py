@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from conductor_pipeline.conductor.policies import AUTO_DEVICE, HFLocalPolicy
 from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.paths import write_json_atomic
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
@@ -211,15 +212,21 @@ def audit_skipped(
     executor: PoolExecutor,
     settings: GRPOSettings,
     max_questions: int,
+    device: str = AUTO_DEVICE,
 ) -> dict[str, object] | None:
-    """Sample the policy on a few skipped questions (no gradient) and audit the skip against their rewards."""
+    """Sample the policy (on `device`) on a few skipped questions (no gradient) and audit the skip
+    against their rewards."""
     sample = training.skipped[:max_questions]
     if not sample:
         return None
     rows = training.prompt_rows(settings, sample)
 
     async def rollouts() -> None:
-        sampled = await sample_completions(model_path, rows, settings.num_generations, settings.max_completion_length)
+        policy = HFLocalPolicy(model_path, device=device)
+        try:
+            sampled = await sample_completions(policy, rows, settings.num_generations, settings.max_completion_length)
+        finally:
+            await policy.aclose()
         await execute_samples(executor, sampled)
 
     probe_log = executor.log
@@ -237,12 +244,17 @@ def audit_skipped(
 
 
 def pruning_report(
-    model_path: Path | str, training: TrainingSet, executor: PoolExecutor, settings: GRPOSettings, max_questions: int
+    model_path: Path | str,
+    training: TrainingSet,
+    executor: PoolExecutor,
+    settings: GRPOSettings,
+    max_questions: int,
+    device: str = AUTO_DEVICE,
 ) -> dict[str, object] | None:
     """After a probe: the pruning summary with the kept questions' flat share (observed by the
-    probe) next to an audit of the skipped ones (sampled now); None while pruning is off."""
+    probe) next to an audit of the skipped ones (sampled now, on `device`); None while pruning is off."""
     if training.pruning is None:
         return None
     kept_observed = flat_groups(executor.observed_rewards(settings.reward_variant))  # before the audit adds its own
-    audit = audit_skipped(model_path, training, executor, settings, max_questions)
+    audit = audit_skipped(model_path, training, executor, settings, max_questions, device)
     return {**training.pruning, "kept_observed": kept_observed, "skipped_audit": audit}

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import HFLocalPolicy, PolicyOutput
+from conductor_pipeline.conductor.orchestrator import DEFAULT_MAX_DEPTH, Orchestrator
+from conductor_pipeline.conductor.policies import AUTO_DEVICE, ConductorPolicy, HFLocalPolicy, PolicyOutput
 from conductor_pipeline.conductor.prompt import (
     Naming,
     build_conductor_prompt,
@@ -88,12 +88,20 @@ def pool_prompt_rows(
 ) -> list[dict]:
     """GRPO dataset rows of the pool's conductor prompts: each question with the (possibly random)
     sub-pool its prompt shows; with `anchors`, that sub-pool holds one of the question's best and
-    one of its worst workers (`routing_anchors`)."""
+    one of its worst workers (`routing_anchors`). Seats that cannot answer alone (a vote, the
+    conductor itself) are shown like any other, in some sub-pools and not others, but never without
+    a seat that can answer."""
     catalogue = {entry.name: entry for entry in catalogue_from_pool(pool_config)}
     examples = default_examples(n_examples)
+    solo = pool_config.solo_worker_names
+    needs_solver = len(solo) < len(pool_config.worker_names)
 
     def build_messages(question: Question, shown: Sequence[str]) -> list[dict]:
         return build_conductor_prompt(question, [catalogue[n] for n in shown], naming=naming, examples=examples)
+
+    def must_show(question: Question) -> Sequence[Sequence[str]]:
+        groups = anchors.get(question.question_id, ()) if anchors else ()
+        return groups or ((solo,) if needs_solver else ())
 
     return conductor_prompt_rows(
         questions,
@@ -102,7 +110,7 @@ def pool_prompt_rows(
         randomize_pools=settings.randomize_pools,
         min_pool_size=settings.min_pool_size,
         seed=settings.seed,
-        must_show=(lambda q: anchors.get(q.question_id, ())) if anchors else None,
+        must_show=must_show if anchors or needs_solver else None,
     )
 
 
@@ -123,6 +131,11 @@ class PoolExecutor:
 
     Orchestrators and governors are built per event loop: asyncio primitives bind to the loop that
     first waits on them, and TRL awaits async rewards on its own loop thread.
+
+    A pool that seats the conductor needs `conductor_policy`: it answers a rollout's conductor
+    steps (recursion, up to `max_depth` levels), sampled like the rollouts (`temperature`, at most
+    `max_new_tokens`). In GRPO that is a frozen copy of the policy the run started from
+    (`frozen_conductor`): the policy being trained lives inside the trainer.
     """
 
     def __init__(
@@ -133,6 +146,11 @@ class PoolExecutor:
         naming: str,
         predict_success: Callable[[Question], dict[str, float]] | None = None,
         log: RolloutLog | None = None,
+        *,
+        conductor_policy: ConductorPolicy | None = None,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        temperature: float = 1.0,
+        max_new_tokens: int = 1024,
     ):
         self.pool = pool_config
         self.workers = dict(workers)
@@ -141,19 +159,28 @@ class PoolExecutor:
         # W's P(success) per worker, for the reward bonus; computed once per question.
         self.predict_success = predict_success
         self.log = log
+        self.conductor_policy = conductor_policy
+        self.max_depth = max_depth
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
         self._predicted: dict[str, dict[str, float]] = {}
-        self._orchestrators: dict[tuple[int, int], Orchestrator] = {}
+        self._orchestrators: dict[tuple[int, int, int], Orchestrator] = {}
         self._governors: dict[int, Governor] = {}
         self.observed: dict[str, list[RolloutVerdict]] = {}
 
     def _orchestrator(self) -> Orchestrator:
-        """The orchestrator of this event loop and of the log's writer (one governor per loop)."""
+        """The orchestrator of this event loop, of the log's writer and of the conductor policy (one
+        governor per loop)."""
         loop_id = id(asyncio.get_running_loop())
         writer = self.log.buffer if self.log is not None else None
-        key = (loop_id, id(writer))
+        key = (loop_id, id(writer), id(self.conductor_policy))
         if key not in self._orchestrators:
             governor = self._governors.setdefault(loop_id, Governor.from_pool(self.pool))
-            self._orchestrators[key] = Orchestrator(self.pool, self.workers, governor, writer, naming=self.naming)
+            self._orchestrators[key] = Orchestrator(
+                self.pool, self.workers, governor, writer, naming=self.naming, max_depth=self.max_depth,
+                conductor_policy=self.conductor_policy, conductor_temperature=self.temperature,
+                conductor_max_new_tokens=self.max_new_tokens,
+            )
         return self._orchestrators[key]
 
     async def __call__(self, completion: str | PolicyOutput, row: dict) -> RolloutVerdict:
@@ -214,18 +241,24 @@ def rollout_output(text: str, row: Mapping[str, Any]) -> PolicyOutput:
 # --- sampling the policy without training ----------------------------------------------------
 
 
+def frozen_conductor(pool_config: PoolConfig, model_path: Path | str, device: str = AUTO_DEVICE) -> HFLocalPolicy | None:
+    """The policy that answers a training rollout's conductor steps: the model the run started
+    from, frozen, on `device`; None when the pool seats no conductor. It loads on its first
+    recursive step, so a pool that seats the conductor costs a second copy of the policy in memory
+    only once a rollout delegates to it."""
+    if not any(seat.is_conductor for seat in pool_config.workers):
+        return None
+    return HFLocalPolicy(model_path, device=device, name=f"frozen:{Path(str(model_path)).name}")
+
+
 async def sample_completions(
-    model_path: Path | str, rows: Sequence[dict], samples: int, max_new_tokens: int
+    policy: ConductorPolicy, rows: Sequence[dict], samples: int, max_new_tokens: int
 ) -> list[tuple[dict, PolicyOutput]]:
     """`samples` completions per row at temperature 1 (the rollout temperature), seeded per row."""
-    policy = HFLocalPolicy(model_path)
     outputs: list[tuple[dict, PolicyOutput]] = []
-    try:
-        for index, row in enumerate(rows):
-            sampled = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
-            outputs += [(row, out) for out in sampled]
-    finally:
-        await policy.aclose()
+    for index, row in enumerate(rows):
+        sampled = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)
+        outputs += [(row, out) for out in sampled]
     return outputs
 
 
@@ -243,19 +276,32 @@ def parse_check(
     max_new_tokens: int,
     samples: int,
     executor: PoolExecutor | None = None,
+    *,
+    device: str = AUTO_DEVICE,
 ) -> tuple[float, dict[str, int]]:
     """(share of sampled completions that parse, count per parse code) at temperature 1, each
-    completion parsed against the workers its prompt showed. With an `executor`, every sample is
-    also executed on the pool and recorded under the executor's log."""
+    completion parsed against the workers its prompt showed; the policy runs on `device`. With an
+    `executor`, every sample is also executed on the pool and recorded under the executor's log;
+    the checked policy itself answers any conductor step (recursion)."""
+    policy = HFLocalPolicy(model_path, device=device)
 
     async def check() -> list[str]:
-        sampled = await sample_completions(model_path, rows, samples, max_new_tokens)
-        if executor is None:
-            return [parse_code(out.text, displayed_worker_names(row["workers"], naming)) for row, out in sampled]
-        return [verdict.parse_code for verdict in await execute_samples(executor, sampled)]
+        try:
+            sampled = await sample_completions(policy, rows, samples, max_new_tokens)
+            if executor is None:
+                return [parse_code(out.text, displayed_worker_names(row["workers"], naming)) for row, out in sampled]
+            return [verdict.parse_code for verdict in await execute_samples(executor, sampled)]
+        finally:
+            await policy.aclose()
 
-    codes = Counter(asyncio.run(check()))
-    if executor is not None:
+    if executor is None:
+        codes = Counter(asyncio.run(check()))
+    else:
+        previous, executor.conductor_policy = executor.conductor_policy, policy
+        try:
+            codes = Counter(asyncio.run(check()))
+        finally:
+            executor.conductor_policy = previous
         executor.write_rows()
     total = sum(codes.values())
     return (codes[PARSE_OK] / total if total else 0.0), dict(codes.most_common())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from conductor_pipeline.training.reward import INFRASTRUCTURE, make_conductor_re
 from conductor_pipeline.training.rollouts import PoolExecutor
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.telemetry import (
+    fan_out_counts,
     final_worker_counts,
     forget_rollouts_after,
     rollout_outcome_counts,
@@ -97,23 +98,29 @@ class HalfSummary:
     reward_mean: float | None  # mean of the steps' mean rewards (steps hold equal numbers of rollouts)
     same_correctness: float | None  # mean share of groups without a routing signal
     final_workers: dict[str, float]  # share of the half's rollouts ending at each worker ('(unparsed)' too)
+    # Share of the half's rollouts (infrastructure failures left out) that fanned out to several
+    # workers and aggregated them with a vote; None when the pool has no aggregator.
+    fan_out_share: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def split_halves(steps: pl.DataFrame, final_workers: pl.DataFrame) -> tuple[HalfSummary, HalfSummary] | None:
+def split_halves(
+    steps: pl.DataFrame, final_workers: pl.DataFrame, fan_out: pl.DataFrame | None = None
+) -> tuple[HalfSummary, HalfSummary] | None:
     """The first and the second half of a run's logged steps side by side (None below two steps):
     `steps` are its `training_steps` rows, `final_workers` its rollouts per step and final worker
-    (`telemetry.final_worker_counts`)."""
+    (`telemetry.final_worker_counts`), `fan_out` its fan-out-and-aggregate counts per step
+    (`telemetry.fan_out_counts`; None when the pool has no aggregator)."""
     if steps.height < 2:
         return None
     ordered = steps.sort("step")
     middle = ordered.height // 2
-    return _half(ordered[:middle], final_workers), _half(ordered[middle:], final_workers)
+    return _half(ordered[:middle], final_workers, fan_out), _half(ordered[middle:], final_workers, fan_out)
 
 
-def _half(steps: pl.DataFrame, final_workers: pl.DataFrame) -> HalfSummary:
+def _half(steps: pl.DataFrame, final_workers: pl.DataFrame, fan_out: pl.DataFrame | None) -> HalfSummary:
     first, last = int(steps["step"][0]), int(steps["step"][-1])
     codes = parse_code_totals(steps["parse_codes"].to_list())
     ended = final_workers.filter(pl.col("step").is_between(first, last)).group_by("final_worker").agg(pl.col("rollouts").sum())
@@ -126,7 +133,14 @@ def _half(steps: pl.DataFrame, final_workers: pl.DataFrame) -> HalfSummary:
         reward_mean=_mean(steps["reward_mean"]),
         same_correctness=_mean(steps["frac_same_correctness"]) if "frac_same_correctness" in steps.columns else None,
         final_workers={row["final_worker"]: row["rollouts"] / total for row in ended.sort("final_worker").iter_rows(named=True)},
+        fan_out_share=None if fan_out is None else fan_out_share(fan_out.filter(pl.col("step").is_between(first, last))),
     )
+
+
+def fan_out_share(fan_out: pl.DataFrame) -> float | None:
+    """Fanned-out rollouts over all rollouts of `fan_out` (`telemetry.fan_out_counts` rows); None without rollouts."""
+    rollouts = int(fan_out["rollouts"].sum()) if fan_out.height else 0
+    return int(fan_out["fan_out"].sum()) / rollouts if rollouts else None
 
 
 def _mean(column: pl.Series) -> float | None:
@@ -143,6 +157,10 @@ def halves_markdown(first: HalfSummary, second: HalfSummary) -> str:
         ("mean reward", format_metric(first.reward_mean), format_metric(second.reward_mean)),
         ("groups without routing signal", format_metric(first.same_correctness), format_metric(second.same_correctness)),
     ]
+    if first.fan_out_share is not None or second.fan_out_share is not None:
+        figures.append(
+            ("fan out and aggregate", format_metric(first.fan_out_share), format_metric(second.fan_out_share))
+        )
     workers = sorted(set(first.final_workers) | set(second.final_workers))
     shares = [
         (worker, format_metric(first.final_workers.get(worker, 0.0)), format_metric(second.final_workers.get(worker, 0.0)),
@@ -165,20 +183,24 @@ class RunTelemetry:
     rows: dict[str, int]  # workflows / conductor_calls / step_calls
     mismatches: dict[int, dict[str, dict[str, int]]]  # steps whose workflows disagree with training_steps
     halves: tuple[HalfSummary, HalfSummary] | None
+    fan_out: pl.DataFrame | None = None  # per step: rollouts and fan-out-and-aggregate ones (None: no aggregator)
 
 
-def run_telemetry(store: Warehouse, run_id: str) -> RunTelemetry:
+def run_telemetry(store: Warehouse, run_id: str, aggregators: Collection[str] = ()) -> RunTelemetry:
     """A run's steps, rollout rows and their agreement: per step, the outcome counts of its
-    `workflows` rows must equal `training_steps.parse_codes`."""
+    `workflows` rows must equal `training_steps.parse_codes`. With `aggregators` (the pool's vote
+    seats), also the share of rollouts per step that fanned out and aggregated."""
     steps = store.query_file("training_steps_of_run", {"run_id": run_id})
     logged = {int(row["step"]): json.loads(row["parse_codes"] or "{}") for row in steps.iter_rows(named=True)}
     final_workers = final_worker_counts(store, run_id)
+    fan_out = fan_out_counts(store, run_id, aggregators)
     return RunTelemetry(
         steps=steps,
         final_workers=final_workers,
         rows=rollout_row_counts(store, run_id),
         mismatches=telemetry_mismatches(logged, rollout_outcome_counts(store, run_id)),
-        halves=split_halves(steps, final_workers),
+        halves=split_halves(steps, final_workers, fan_out),
+        fan_out=fan_out,
     )
 
 

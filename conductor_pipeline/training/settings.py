@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,17 @@ SMOLLM2_POLICY = "smollm2-135m-instruct"
 # overhead-bound) and the format is learnt in fewer steps; deeper or wider models learnt it slower.
 CPU_POLICY_HIDDEN_SIZE = 128
 CPU_POLICY_LAYERS = 2
+# The gpu profile trains low-rank adapters instead of every weight for policies of this many
+# billion parameters or more (read from the model id, e.g. "Qwen2.5-7B-Instruct"): a full 7B
+# fine-tune holds bf16 weights, gradients and two AdamW states (8 bytes a parameter, about 61 GB)
+# before activations, which next to colocated vLLM's 30% share does not fit an 80 GB card; the
+# adapters (about 81M parameters at rank 32) cost about 1.3 GB with their optimizer states. A
+# 1.5B policy (about 12 GB fully fine-tuned) keeps full fine-tuning unless a rank is set.
+GPU_LORA_MIN_BILLIONS = 7.0
+GPU_LORA_RANK = 32
+GPU_LORA_ALPHA = 64
+# A size in a model id: "7B", "1.5B", "405B" (not "135M", which is under a billion anyway).
+_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
 
 
 @dataclass(frozen=True)
@@ -33,8 +45,10 @@ class LoraSettings:
     """Low-rank adapters (peft) instead of full fine-tuning; rank 0 (the default) trains every weight."""
 
     rank: int = field(default=0, metadata=_help(
-        "LoRA rank; 0 trains every weight (full fine-tuning). The warm start merges its adapters into a "
-        "plain model folder; GRPO checkpoints hold adapters over the model GRPO started from."))
+        f"LoRA rank; 0 trains every weight (full fine-tuning). Empty: the profile's (gpu: rank {GPU_LORA_RANK} "
+        f"for policies of {GPU_LORA_MIN_BILLIONS:g}B parameters or more by their model id, else 0). The warm "
+        "start merges its adapters into a plain model folder; GRPO checkpoints hold adapters over the model "
+        "GRPO started from."))
     alpha: int = field(default=32, metadata=_help("LoRA scaling alpha (the update is scaled by alpha / rank)."))
     dropout: float = field(default=0.0, metadata=_help("Dropout on the adapters' input."))
     target_modules: str = field(default="all-linear", metadata=_help(
@@ -54,6 +68,22 @@ class LoraSettings:
         return LoraConfig(
             r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets, task_type="CAUSAL_LM"
         )
+
+
+def parameter_billions(model: str) -> float | None:
+    """The parameter count a model id states, in billions ("Qwen/Qwen2.5-7B-Instruct" -> 7.0);
+    None when its last path component names no size."""
+    found = _SIZE_IN_NAME.findall(str(model).rstrip("/").rsplit("/", 1)[-1])
+    return float(found[-1]) if found else None
+
+
+def gpu_lora(model: str) -> LoraSettings:
+    """The gpu profile's adapters for `model`: rank GPU_LORA_RANK for 7B-class policies (by the size
+    in the model id), full fine-tuning otherwise (a local path without a size: set a rank)."""
+    size = parameter_billions(model)
+    if size is not None and size >= GPU_LORA_MIN_BILLIONS:
+        return LoraSettings(rank=GPU_LORA_RANK, alpha=GPU_LORA_ALPHA)
+    return LoraSettings()
 
 
 @dataclass(frozen=True)
@@ -176,9 +206,11 @@ class GRPOSettings:
         vllm_mode: Literal["colocate", "server"] = "colocate",
         **overrides: Any,
     ) -> GRPOSettings:
-        """The paper's run: Qwen2.5 policy, vLLM rollouts, bf16, every paper default kept."""
+        """The paper's run: Qwen2.5 policy, vLLM rollouts, bf16, every paper default kept; LoRA
+        adapters for 7B-class policies (`gpu_lora`)."""
         settings = cls(
             policy_model=model,
+            lora=gpu_lora(model),
             use_vllm=True,
             vllm_mode=vllm_mode,
             bf16=True,
@@ -296,8 +328,10 @@ class SFTSettings:
         return replace(settings, **overrides)
 
     @classmethod
-    def gpu_profile(cls, **overrides: Any) -> SFTSettings:
-        return replace(cls(learning_rate=1e-5, max_steps=100, bf16=True, gradient_checkpointing=True), **overrides)
+    def gpu_profile(cls, model: str = PAPER_POLICY, **overrides: Any) -> SFTSettings:
+        """bf16 with gradient checkpointing; LoRA adapters for 7B-class policies (`gpu_lora`)."""
+        settings = cls(learning_rate=1e-5, max_steps=100, bf16=True, gradient_checkpointing=True, lora=gpu_lora(model))
+        return replace(settings, **overrides)
 
     def to_sft_config(self, output_dir: str | Path, **overrides: Any):
         from trl import SFTConfig

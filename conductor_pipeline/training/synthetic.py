@@ -6,6 +6,11 @@ few plausible shapes: solve, solve-then-check, plan-then-solve, two solvers and 
 left to RL, so workers are drawn uniformly and the pairs carry no claim about which worker is good.
 Every target is rendered by `render_workflow`, so it parses by construction (and the tests check).
 
+A prompt that shows an aggregator seat (`backend: vote`) and at least two workers that answer alone
+also gets fan-out-and-aggregate targets (`FAN_OUT_SHARE` of them): two or more workers solve the
+problem independently, then the vote sees all of them. An aggregator is never drawn for any other
+step (with nothing to aggregate it answers nothing), so no target is a vote alone.
+
 Two styles:
 - "paper": a one-line reasoning that names the workers, then the three lists; five shapes of one to
   three steps with varied subtask wording. What a 1.5B-7B instruct model can imitate.
@@ -21,7 +26,7 @@ Two styles:
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -121,6 +126,21 @@ COMPACT_SHAPES: tuple[_Shape, ...] = (
 )
 STYLES: dict[str, tuple[_Shape, ...]] = {"paper": SHAPES, "compact": COMPACT_SHAPES}
 
+# Fan-out-and-aggregate targets, on prompts that show an aggregator and two or more workers that
+# answer alone: this share of them, so the shape is common enough to be sampled at temperature 1
+# but single-worker shapes stay the majority. At most this many solvers before the vote: in the
+# compact style three solvers and the vote fit the CPU profile's 80-token completion cap (a test
+# checks); the paper style allows four (the five-step limit).
+FAN_OUT_SHARE = 0.3
+MAX_FAN_OUT: dict[str, int] = {"compact": 3, "paper": 4}
+FAN_OUT_SUBTASKS: dict[str, tuple[str, str]] = {  # (each solver's subtask, the aggregator's)
+    "compact": (_SOLVE, _COMPARE),
+    "paper": (
+        f"Solve the problem independently, step by step. {FINAL}",
+        f"Give the final answer most of the solutions agree on. {FINAL}",
+    ),
+}
+
 
 def _draw_workers(rng: random.Random, displayed: Sequence[str], n_steps: int) -> list[str]:
     """Distinct workers when the pool has enough of them (a checker should not be the solver)."""
@@ -129,16 +149,43 @@ def _draw_workers(rng: random.Random, displayed: Sequence[str], n_steps: int) ->
     return [rng.choice(displayed) for _ in range(n_steps)]
 
 
-def synthetic_target(rng: random.Random, displayed: Sequence[str], *, naming: Naming, style: SyntheticStyle) -> str:
-    """One valid workflow text over the `displayed` worker names, drawn from the style's shapes."""
-    shapes = STYLES[style]
-    shape = rng.choices(shapes, [s.weight for s in shapes])[0]
-    chosen = _draw_workers(rng, displayed, len(shape.subtasks))
-    steps = zip(chosen, shape.subtasks, shape.sees, strict=True)
-    workflow = Workflow(tuple(Step(worker, subtask, sees) for worker, subtask, sees in steps))
-    reasoning = rng.choice(shape.reasonings).format(*chosen)
+def synthetic_target(
+    rng: random.Random,
+    displayed: Sequence[str],
+    *,
+    naming: Naming,
+    style: SyntheticStyle,
+    aggregators: Collection[str] = (),
+) -> str:
+    """One valid workflow text over the `displayed` worker names, drawn from the style's shapes;
+    `aggregators` are the displayed names of vote seats, drawn only to aggregate a fan-out."""
+    solvers = [name for name in displayed if name not in aggregators]
+    if not solvers:
+        raise ValueError(f"no displayed worker answers alone: {list(displayed)} are all aggregators")
+    shown_aggregators = [name for name in displayed if name in aggregators]
+    if shown_aggregators and len(solvers) >= 2 and rng.random() < FAN_OUT_SHARE:
+        workflow, reasoning = _fan_out(rng, solvers, rng.choice(shown_aggregators), style)
+    else:
+        shapes = STYLES[style]
+        shape = rng.choices(shapes, [s.weight for s in shapes])[0]
+        chosen = _draw_workers(rng, solvers, len(shape.subtasks))
+        steps = zip(chosen, shape.subtasks, shape.sees, strict=True)
+        workflow = Workflow(tuple(Step(worker, subtask, sees) for worker, subtask, sees in steps))
+        reasoning = rng.choice(shape.reasonings).format(*chosen)
     lists = render_workflow(workflow, displayed, by_index=naming == "ordinal")
     return f"{reasoning}\n{lists}" if reasoning else lists
+
+
+def _fan_out(rng: random.Random, solvers: Sequence[str], aggregator: str, style: SyntheticStyle) -> tuple[Workflow, str]:
+    """Two or more distinct solvers answer independently, then the aggregator sees all of them."""
+    chosen = rng.sample(list(solvers), rng.randint(2, min(len(solvers), MAX_FAN_OUT[style])))
+    solve, aggregate = FAN_OUT_SUBTASKS[style]
+    steps = [Step(worker, solve, ()) for worker in chosen]
+    steps.append(Step(aggregator, aggregate, tuple(range(len(chosen)))))
+    reasoning = "" if style == "compact" else (
+        f"{', '.join(chosen[:-1])} and {chosen[-1]} solve it independently; {aggregator} takes the answer most of them give."
+    )
+    return Workflow(tuple(steps)), reasoning
 
 
 def synthetic_workflows(
@@ -173,10 +220,17 @@ def synthetic_workflows(
 
 
 def warm_start_pairs(
-    rows: Sequence[dict[str, Any]], *, n: int, seed: int, naming: Naming = "ordinal", style: SyntheticStyle = "paper"
+    rows: Sequence[dict[str, Any]],
+    *,
+    n: int,
+    seed: int,
+    naming: Naming = "ordinal",
+    style: SyntheticStyle = "paper",
+    aggregators: Collection[str] = (),
 ) -> list[tuple[list[dict[str, str]], str]]:
     """`n` pairs on exactly the GRPO prompts: each row's `prompt` messages with a target over the
     workers that prompt showed (`row["workers"]`), cycling through the rows in a seeded order.
+    `aggregators` are the pool's vote seats (real names): prompts that show one get fan-out targets.
 
     Why the GRPO rows themselves: the warm start then sees the same catalogue text, sub-pool sizes,
     naming and examples the policy is sampled on, so the format it learns is the one GRPO scores.
@@ -191,7 +245,9 @@ def warm_start_pairs(
         for index in order[: n - len(pairs)]:
             row = rows[index]
             displayed = displayed_worker_names(row["workers"], naming)
-            pairs.append((list(row["prompt"]), synthetic_target(rng, displayed, naming=naming, style=style)))
+            shown_aggregators = [name for name, real in zip(displayed, row["workers"], strict=True) if real in aggregators]
+            target = synthetic_target(rng, displayed, naming=naming, style=style, aggregators=shown_aggregators)
+            pairs.append((list(row["prompt"]), target))
     return pairs
 
 

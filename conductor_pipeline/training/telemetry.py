@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,3 +142,18 @@ def rollout_row_counts(store: Warehouse, run_id: str) -> dict[str, int]:
 def final_worker_counts(store: Warehouse, run_id: str) -> pl.DataFrame:
     """Per optimizer step: rollouts ending at each worker (`(unparsed)` for a workflow that did not parse)."""
     return store.query_file("rollout_final_workers", {"run_id": run_id})
+
+
+def fan_out_counts(store: Warehouse, run_id: str, aggregators: Collection[str]) -> pl.DataFrame | None:
+    """Per optimizer step: its rollouts (infrastructure failures left out) and how many fanned out
+    to several workers and aggregated them (`sql/workflow_fan_out.sql`) with one of `aggregators`
+    (the pool's vote seats); None when the pool has no aggregator."""
+    if not aggregators:
+        return None
+    flags = store.query_file("workflow_fan_out", {"run_id": run_id, "aggregators": sorted(aggregators)})
+    return (
+        flags.filter(pl.col("step").is_not_null() & ~pl.col("infra_failure").fill_null(False))
+        .group_by("step")
+        .agg(pl.len().alias("rollouts"), pl.col("fans_out").sum().alias("fan_out"))
+        .sort("step")
+    )

@@ -10,7 +10,7 @@ import sys
 import dagster as dg
 import pytest
 
-from assets.definitions import build_definitions, defs
+from assets.definitions import MAIN_JOBS, build_definitions, defs
 from assets.probing import PROBE_CALLS
 from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.pools.config import load_pool
@@ -64,3 +64,15 @@ def test_every_asset_names_its_owners_and_its_stage() -> None:
         node = graph.get(key)
         assert node.owners and all(owner.startswith("team:") for owner in node.owners), key
         assert node.tags.get("stage") == node.group_name and node.tags.get("compute") in ("cpu", "gpu"), key
+
+
+@pytest.mark.parametrize("pool", ["replay-mixed6-vote", "replay-mixed6-recursive"])
+def test_the_vote_and_recursive_pools_build_every_main_job(monkeypatch: pytest.MonkeyPatch, pool: str) -> None:
+    """What `CORYPHAEUS_POOL=<pool> python -m assets.main` loads: every main job resolves, and only
+    the seats that answer alone are probed (the vote and the conductor seat are not)."""
+    monkeypatch.setenv(POOL_ENV, pool)
+    loaded = defs()
+    for job in MAIN_JOBS:
+        loaded.resolve_job_def(job.name)
+    assert loaded.resources["pool"].pool == pool
+    assert probe_partition_keys(loaded) == load_pool(pool).solo_worker_names

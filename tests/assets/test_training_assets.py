@@ -36,7 +36,9 @@ from conductor_pipeline.training.gates import (
     require_open,
     write_verdict,
 )
-from conductor_pipeline.training.rollouts import PoolExecutor
+from conductor_pipeline.training.reward import ROLLOUT_POSITION, TRAINING_STEP, make_conductor_reward
+from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor
+from conductor_pipeline.training.telemetry import RolloutLog, RowBuffer
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource
@@ -67,7 +69,7 @@ def gsm8k(monkeypatch, tmp_path):
     return train, held_out
 
 
-def _warehouse(tmp_path: Path, questions, *, weak_correct: bool) -> str:
+def _warehouse(tmp_path: Path, questions, *, weak_correct: bool, pool: str = POOL) -> str:
     """Questions plus k probe samples per worker: every worker right, except (optionally) the weak one."""
     database = tmp_path / "warehouse.duckdb"
     store = Warehouse(database)
@@ -75,7 +77,7 @@ def _warehouse(tmp_path: Path, questions, *, weak_correct: bool) -> str:
     rows = [
         {
             "call_id": f"{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "probe", "question_id": q.question_id,
-            "worker": w, "sample": s, "correct": weak_correct or w != WEAK, "status": "ok", "pool": POOL,
+            "worker": w, "sample": s, "correct": weak_correct or w != WEAK, "status": "ok", "pool": pool,
         }
         for q in questions
         for w in WORKERS
@@ -85,10 +87,10 @@ def _warehouse(tmp_path: Path, questions, *, weak_correct: bool) -> str:
     return str(database)
 
 
-def _resources(database: str, tmp_path: Path, tiny_model: Path, **trainer) -> dict:
+def _resources(database: str, tmp_path: Path, tiny_model: Path, pool: str = POOL, **trainer) -> dict:
     return {
         "warehouse": WarehouseResource(database=database),
-        "pool": PoolResource(pool=POOL),
+        "pool": PoolResource(pool=pool),
         "trainer": TrainerResource(output_root=str(tmp_path / "training"), policy_model=str(tiny_model), **{**TOY, **trainer}),
     }
 
@@ -179,6 +181,8 @@ def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, t
     assert "Parse failures over all 16 rollouts: 1.000" in probe.metadata["summary"].value
     [warm] = result.asset_materializations_for_node("warm_start_policy")
     assert warm.metadata["rollout_telemetry"].value["workflows"] == 48
+    # One device setting, resolved once (auto: cuda when torch sees a GPU), reaches every step.
+    assert warm.metadata["device"].value == probe.metadata["device"].value == trainer.resolved_device
 
     later = dg.materialize(
         [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
@@ -190,13 +194,13 @@ def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, t
     assert not trainer.checkpoint_dir(POOL).exists()
 
 
-def _open_gate(trainer: TrainerResource, probe_run_id: str = "probe-fixture") -> None:
+def _open_gate(trainer: TrainerResource, probe_run_id: str = "probe-fixture", pool: str = POOL) -> None:
     """A probe that passed: its manifest and a passed verdict, as the probe asset and gate write them."""
-    probe_dir = trainer.probe_dir(POOL)
+    probe_dir = trainer.probe_dir(pool)
     probe_dir.mkdir(parents=True, exist_ok=True)
     (probe_dir / "latest_probe.json").write_text(json.dumps({"probe_run_id": probe_run_id, "steps": []}))
     rows = [{"frac_zero_std": 0.0}] * 2
-    write_verdict(trainer.gate_path(POOL), evaluate_zero_variance(rows, probe_run_id=probe_run_id, group_size=4, groups_per_step=2))
+    write_verdict(trainer.gate_path(pool), evaluate_zero_variance(rows, probe_run_id=probe_run_id, group_size=4, groups_per_step=2))
 
 
 def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k, tmp_path, tiny_model):
@@ -341,3 +345,84 @@ def test_reward_bonus_without_a_world_model_fails_naming_the_knob(tmp_path, tiny
     assert bonus_predictor(off, path, seats) is None  # off: W is never loaded
     with pytest.raises(TrainingDataError, match="world_model_bonus_weight is on but no world model"):
         bonus_predictor(weight, path, seats)
+
+
+def test_cost_weight_scores_a_costlier_route_lower_through_the_executor(gsm8k):
+    """The executor sets each rollout's cost from the replayed calls (list prices x estimated tokens),
+    so at cost_weight > 0 a route that also pays gpt-4o scores below one that does not, with the same
+    final worker (same recorded answer); at cost_weight 0 they score the same."""
+    train, _ = gsm8k
+    executor = PoolExecutor(PoolResource(pool=POOL).load(), PoolResource(pool=POOL).build_workers(), train, "ordinal")
+    row = {"question_id": train[0].question_id, "workers": ["gpt-4o", "deepseek-v2.5"]}
+    cheap = "model_id = [1]\nsubtasks = ['solve']\naccess_list = [[]]"
+    costly = "model_id = [0, 1]\nsubtasks = ['solve', 'solve']\naccess_list = [[], []]"
+
+    def rewards(cost_weight: float) -> list[float | None]:
+        settings = TrainerResource(cost_weight=cost_weight).grpo_settings()
+        reward = make_conductor_reward(executor, settings.reward_variant, cost_weight=settings.cost_weight)
+        return asyncio.run(reward([row["question_id"]] * 2, [cheap, costly], question_id=[row["question_id"]] * 2,
+                                  workers=[row["workers"]] * 2))
+
+    verdicts = [asyncio.run(executor(text, row)) for text in (cheap, costly)]
+    assert verdicts[0].correct == verdicts[1].correct is not None  # the same recorded final answer
+    assert 0 < verdicts[0].cost_usd < verdicts[1].cost_usd
+    free, priced = rewards(0.0), rewards(100.0)
+    assert free[0] == free[1]
+    assert priced[0] > priced[1]
+    assert priced[0] - priced[1] == pytest.approx(100.0 * (verdicts[1].cost_usd - verdicts[0].cost_usd))
+
+
+RECURSIVE_POOL = "replay-mixed6-recursive"
+
+
+def test_a_conductor_step_in_a_rollout_is_answered_by_the_frozen_start_policy(gsm8k, tmp_path, tiny_model):
+    """A rollout that hands a step to the conductor seat runs one level down on the frozen policy
+    (the tiny model, on the CPU): a second conductor call, a scored outcome, no error."""
+    train, _ = gsm8k
+    pool_config = PoolResource(pool=RECURSIVE_POOL).load()
+    [conductor_seat] = [s.name for s in pool_config.workers if s.is_conductor]
+    store = Warehouse(tmp_path / "w.duckdb")
+    executor = _rollout_executor_for(pool_config, train, RolloutLog(RowBuffer(store), "grpo-rec", "grpo", "policy:test"),
+                                     conductor_policy=frozen_conductor(pool_config, tiny_model, "cpu"))
+    row = {"question_id": train[0].question_id, "workers": ["gpt-4o", conductor_seat], ROLLOUT_POSITION: 0, TRAINING_STEP: 1}
+    verdict = asyncio.run(executor("model_id = [0, 1]\nsubtasks = ['solve', 'improve']\naccess_list = [[], [0]]", row))
+    asyncio.run(executor.flush())
+    executor.write_rows()
+    assert verdict.parse_code == "ok" and verdict.correct is not None
+    # The policy's own workflow, then the frozen policy's one level down (filed under the seat's name).
+    conductors = store.query("SELECT worker FROM calls WHERE kind = 'conductor' ORDER BY worker")["worker"].to_list()
+    assert sorted(conductors) == sorted(["policy:test", conductor_seat])
+    assert frozen_conductor(PoolResource(pool=POOL).load(), tiny_model, "cpu") is None  # no seat, no second copy
+
+
+def _rollout_executor_for(pool_config, questions, log, **kwargs) -> PoolExecutor:
+    workers = PoolResource(pool=pool_config.name).build_workers([s.name for s in pool_config.workers if not s.is_conductor])
+    return PoolExecutor(pool_config, workers, questions, "ordinal", log=log, **kwargs)
+
+
+@pytest.mark.parametrize("pool", [RECURSIVE_POOL, "replay-mixed6-vote"])
+def test_two_grpo_steps_on_a_pool_with_a_seat_that_cannot_answer_alone(gsm8k, tmp_path, tiny_model, pool):
+    """The recursive and the vote pool train like any other: random sub-pools show the conductor or
+    vote seat in some prompts (never alone), and two GRPO steps on the tiny policy record every
+    rollout; on the vote pool the run's metadata carries the fan-out share per step."""
+    train, _ = gsm8k
+    database = _warehouse(tmp_path, train, weak_correct=False, pool=pool)
+    resources = _resources(database, tmp_path, tiny_model, pool=pool, sft_warm_start=False, max_steps=2)
+    _chain(resources, min_size=1, selection=[contested_set])
+    _open_gate(resources["trainer"], pool=pool)
+    result = dg.materialize(
+        [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates],
+        selection=dg.AssetSelection.assets(conductor_checkpoint), resources=resources,
+    )
+    metadata = result.asset_materializations_for_node("conductor_checkpoint")[0].metadata
+    assert metadata["step"].value == 2 and metadata["device"].value == resources["trainer"].resolved_device
+    assert metadata["rollout_telemetry"].value["matches_training_steps"]
+    assert Warehouse(database).query(
+        "SELECT training_step, count(*) AS n FROM workflows WHERE phase = 'grpo' GROUP BY 1 ORDER BY 1"
+    ).rows() == [(1, 8), (2, 8)]
+    if pool == RECURSIVE_POOL:
+        assert "fan_out_share" not in metadata
+    else:  # the untrained tiny policy writes no workflow, so none fans out; the figure is there all the same
+        share = metadata["fan_out_share"].value
+        assert share["overall"] == 0.0 and {str(step) for step in share["per_step"]} == {"1", "2"}
+        assert "fan out and aggregate" in metadata["learning"].value

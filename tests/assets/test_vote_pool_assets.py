@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.evaluation import eval_arms
+from assets.evaluation import eval_arms, eval_tables
 from assets.probing import oracle_ceilings, pass_rates, pool_probing_definitions
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.pools.backends.registry import build_workers
@@ -112,3 +112,27 @@ def test_eval_arms_are_the_solo_seats_on_the_recorded_slice(warehouse_path: Path
     # Only what every replay seat recorded: the vote seat (no recordings) does not lift the restriction.
     assert summary.extra["restricted_to_recorded"] is True and len(summary.slice_ids) == N_EVAL
     assert summary.best_single_worker in SOLO
+
+
+def test_eval_tables_publish_each_conductor_arms_fan_out_share(warehouse_path: Path) -> None:
+    """On a pool with a vote seat, eval_tables publishes the share of each conductor arm's workflows
+    that fanned out and aggregated (the tiny offline conductor, one question per eval slice row)."""
+    pool = load_pool(POOL)
+    store = Warehouse(warehouse_path)
+    probe_and_close(
+        store, pool, build_workers(pool), train_questions(store), samples=1, temperature=0.2, run_id="probe",
+        governor_factory=lambda: Governor.from_pool(pool), log=lambda line: None, only_recorded=True,
+    )
+    config = {"slice_size": 4, "use_trained_checkpoint": False, "world_model_router": False, "vote_arms": False}
+    result = dg.materialize(
+        [eval_arms, eval_tables],
+        resources=resources(warehouse_path) | {"conductor": ConductorPolicyResource(device="cpu")},
+        run_config={"ops": {"eval_arms": {"config": config}}},
+    )
+    assert result.success
+    summary = result.output_for_node("eval_arms")
+    assert summary.extra["aggregators"] == ("majority-vote",)
+    [conductor] = [arm for arm in summary.arms if arm.startswith("conductor")]
+    table = metadata(result, "eval_tables")["fan_out"]
+    assert conductor in table and "share" in table
+    assert not any(arm in table for arm in summary.arms if arm.startswith("solo:"))

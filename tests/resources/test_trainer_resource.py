@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from conductor_pipeline.training.settings import GRPOSettings, LoraSettings, SFTSettings, settings_help
+import pytest
+
+from conductor_pipeline.training.settings import (
+    GPU_LORA_ALPHA,
+    GPU_LORA_RANK,
+    GRPOSettings,
+    LoraSettings,
+    SFTSettings,
+    settings_help,
+)
+from resources.conductor import ConductorPolicyResource
 from resources.trainer import GRPO_OVERRIDES, SFTOverrides, TrainerResource
 
 # Library field names the resource owns itself: a profile-dependent default, or one seed for everything.
@@ -53,3 +63,55 @@ def test_the_smollm2_profile_and_lora_are_the_librarys_settings():
     assert TrainerResource.model_fields["lora_rank"].description == lora_help["rank"]
     assert TrainerResource.model_fields["lora_alpha"].description == lora_help["alpha"]
     assert TrainerResource().gate_on == "reward"
+
+
+def test_cost_weight_reaches_the_reward_settings():
+    assert TrainerResource().grpo_settings().cost_weight == 0.0  # off by default: the paper's reward
+    assert TrainerResource(cost_weight=2.5).grpo_settings().cost_weight == 2.5
+    assert TrainerResource(profile="gpu", cost_weight=1.0).grpo_settings().cost_weight == 1.0
+
+
+def test_one_device_setting_resolves_once_and_trl_follows_it(monkeypatch):
+    import torch
+
+    # The default is auto on the trainer and on the eval conductor alike.
+    assert TrainerResource().device == ConductorPolicyResource().device == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu = TrainerResource()
+    assert cpu.resolved_device == "cpu" and cpu.training_device() == "cpu"
+    assert cpu.grpo_settings().use_cpu and cpu.sft_settings().use_cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu_box = TrainerResource()  # the cpu profile on a machine with a GPU trains there
+    assert gpu_box.resolved_device == "cuda"
+    assert not gpu_box.grpo_settings().use_cpu and not gpu_box.sft_settings().use_cpu
+    assert TrainerResource(device="cpu").grpo_settings().use_cpu  # pinned to the CPU all the same
+    assert not TrainerResource(device="cuda:1").grpo_settings().use_cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="the gpu profile needs a GPU"):
+        TrainerResource(profile="gpu").training_device()
+    assert not TrainerResource(profile="gpu").grpo_settings().use_cpu  # the gpu profile never trains on a CPU
+    with pytest.raises(ValueError, match="pattern"):
+        TrainerResource(device="gpu")
+    # The eval conductor takes the same setting; its local policy resolves it when built (lazily loaded).
+    with pytest.raises(ValueError, match="pattern"):
+        ConductorPolicyResource(device="cuda:")
+    policy = ConductorPolicyResource(kind="hf_local", model_path="/checkpoints/policy").build_policy()
+    assert policy.device == "cpu"
+    assert ConductorPolicyResource(kind="hf_local", model_path="/p", device="cuda:1").build_policy().device == "cuda:1"
+    assert ConductorPolicyResource(device="cuda:1").with_checkpoint("/p").device == "cuda:1"
+
+
+def test_gpu_profile_trains_adapters_for_7b_class_policies_only():
+    paper = TrainerResource(profile="gpu")  # Qwen2.5-7B-Instruct
+    adapters = LoraSettings(rank=GPU_LORA_RANK, alpha=GPU_LORA_ALPHA)
+    assert paper.grpo_settings().lora == paper.sft_settings().lora == adapters
+    small = TrainerResource(profile="gpu", policy_model="Qwen/Qwen2.5-1.5B-Instruct")
+    assert small.grpo_settings().lora.rank == small.sft_settings().lora.rank == 0  # full fine-tuning
+    assert small.grpo_settings() == GRPOSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct")
+    assert small.sft_settings() == SFTSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct")
+    # Set fields win over the profile's choice, both ways.
+    assert TrainerResource(profile="gpu", lora_rank=0).grpo_settings().lora.rank == 0
+    chosen = TrainerResource(profile="gpu", policy_model="Qwen/Qwen2.5-1.5B-Instruct", lora_rank=16, lora_target_modules="q_proj,v_proj")
+    assert chosen.grpo_settings().lora == LoraSettings(rank=16, target_modules="q_proj,v_proj")
+    assert TrainerResource(lora_alpha=8).grpo_settings().lora.rank == 0  # the cpu profile has none to scale
+    assert TrainerResource.model_fields["lora_target_modules"].description == settings_help(LoraSettings)["target_modules"]

@@ -9,7 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conductor_pipeline.conductor.policies import ConductorPolicy, HFLocalPolicy, OpenAIEndpointPolicy, PolicyError
+from conductor_pipeline.conductor.policies import (
+    ConductorPolicy,
+    HFLocalPolicy,
+    OpenAIEndpointPolicy,
+    PolicyError,
+    resolve_device,
+)
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
 MESSAGES = [{"role": "user", "content": "Route this question: what is 2 + 2?"}]
@@ -33,6 +39,24 @@ def test_hf_policy_returns_n_samples_with_token_counts(tiny_policy):
         assert output.finish_reason in {"stop", "length"}
     # Random-weight model at temperature 1: four samples are not all identical.
     assert len({output.text for output in outputs}) > 1
+
+
+def test_auto_device_is_a_gpu_when_torch_sees_one_and_explicit_devices_are_kept(monkeypatch, tiny_policy):
+    import torch
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device() == resolve_device("auto") == expected
+    assert [resolve_device(d) for d in ("cpu", "cuda", "cuda:1")] == ["cpu", "cuda", "cuda:1"]
+    for bad in ("gpu", "cuda:", "CUDA", "cuda:x", ""):
+        with pytest.raises(ValueError, match="device must be"):
+            resolve_device(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda" and resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    # The local policy resolves its device once, at construction (the default is auto).
+    assert HFLocalPolicy(tiny_policy.model_path).device == "cpu"
+    assert tiny_policy.device == expected
 
 
 def test_hf_policy_seed_reproduces_and_greedy_repeats(tiny_policy):

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from conductor_pipeline.conductor.prompt import CatalogueEntry, displayed_worker_names
-from conductor_pipeline.training.synthetic import COMPACT_SUBTASKS, format_corpus, synthetic_workflows, warm_start_pairs
+from conductor_pipeline.pools.config import PoolConfig, load_pool
+from conductor_pipeline.records import Question
+from conductor_pipeline.training.rollouts import pool_prompt_rows
+from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.training.synthetic import (
+    COMPACT_SUBTASKS,
+    format_corpus,
+    synthetic_target,
+    synthetic_workflows,
+    warm_start_pairs,
+)
 from conductor_pipeline.workflow import parse_workflow
 
 QUESTIONS = ["What is 2 + 3?", "A train travels 60 km in 1.5 hours. What is its speed?", "Solve x^2 = 9."]
@@ -83,3 +95,56 @@ def test_format_corpus_renders_both_styles():
     texts = format_corpus(20, seed=0)
     assert len(texts) == 20
     assert any(t.startswith("model_id") for t in texts) and any(not t.startswith("model_id") for t in texts)
+
+
+# --- pools with an aggregator or the conductor itself ----------------------------------------------
+
+
+def _rows(pool_name: str, n: int, seed: int = 0) -> tuple[PoolConfig, list[dict]]:
+    """The pool's GRPO prompt rows (randomised sub-pools, no anchors) for `n` made-up questions."""
+    pool = load_pool(pool_name)
+    questions = [
+        Question(question_id=f"q{i}", corpus="gsm8k", split="test", problem=f"What is {i} + {i}?", answer=str(2 * i))
+        for i in range(n)
+    ]
+    return pool, pool_prompt_rows(questions, pool, GRPOSettings.cpu_profile(seed=seed), naming="ordinal", n_examples=0)
+
+
+@pytest.mark.parametrize("pool_name", ["replay-mixed6-vote", "replay-mixed6-recursive"])
+def test_random_sub_pools_sometimes_show_a_seat_that_cannot_answer_alone_but_never_only_such_seats(pool_name):
+    pool, rows = _rows(pool_name, 200)
+    [special] = [seat.name for seat in pool.workers if not seat.answers_alone]
+    showing = [row for row in rows if special in row["workers"]]
+    assert 0.2 * len(rows) < len(showing) < 0.9 * len(rows)  # in some sub-pools and not in others
+    assert all(set(row["workers"]) & set(pool.solo_worker_names) for row in rows)
+    assert {len(row["workers"]) for row in showing} >= {2, 7}
+
+
+@pytest.mark.parametrize("style", ["compact", "paper"])
+def test_prompts_showing_the_vote_get_fan_out_targets_and_never_a_vote_alone(style):
+    _, rows = _rows("replay-mixed6-vote", 300)
+    shown = {row["prompt"][-1]["content"]: row["workers"] for row in rows}  # each prompt asks its own question
+    fan_outs = with_vote = 0
+    for messages, target in warm_start_pairs(rows, n=600, seed=1, style=style, aggregators=["majority-vote"]):
+        workers = shown[messages[-1]["content"]]
+        with_vote += "majority-vote" in workers
+        workflow = parse_workflow(target, displayed_worker_names(workers, "ordinal"))
+        used = [workers[int(name.split()[-1])] for name in workflow.workers]  # "Model k" is the k-th shown
+        if "majority-vote" not in used:
+            continue
+        fan_outs += 1
+        # The vote is the last step, sees every earlier step, and those are two or more distinct solvers.
+        assert used[-1] == "majority-vote" and used.count("majority-vote") == 1
+        assert workflow.steps[-1].sees == tuple(range(len(used) - 1))
+        assert len(set(used[:-1])) == len(used) - 1 >= 2
+    assert 0.2 < fan_outs / with_vote < 0.4  # FAN_OUT_SHARE of the prompts that show the vote
+
+
+def test_without_an_aggregator_targets_are_what_they_were():
+    """Naming no aggregator draws exactly the single-worker shapes (the default pool's warm start)."""
+    rows = _rows("replay-mixed6", 20)[1]
+    assert warm_start_pairs(rows, n=50, seed=2, style="compact") == warm_start_pairs(
+        rows, n=50, seed=2, style="compact", aggregators=["not-in-these-prompts"]
+    )
+    with pytest.raises(ValueError, match="answers alone"):
+        synthetic_target(random.Random(0), ["Model 0"], naming="ordinal", style="compact", aggregators=["Model 0"])

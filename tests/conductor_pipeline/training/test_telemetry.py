@@ -14,14 +14,22 @@ import json
 import polars as pl
 import pytest
 
+from conductor_pipeline.pools.backends.vote import VoteWorker
 from conductor_pipeline.records import CallStatus, Question, RolloutTag, stable_id
 from conductor_pipeline.training.gates import evaluate_zero_variance, running_mean
 from conductor_pipeline.training.reward import ROLLOUT_POSITION, TRAINING_STEP, make_conductor_reward
 from conductor_pipeline.training.rollouts import PoolExecutor
-from conductor_pipeline.training.runs import halves_markdown, run_telemetry, split_halves, training_steps_row
+from conductor_pipeline.training.runs import (
+    fan_out_share,
+    halves_markdown,
+    run_telemetry,
+    split_halves,
+    training_steps_row,
+)
 from conductor_pipeline.training.telemetry import (
     RolloutLog,
     RowBuffer,
+    fan_out_counts,
     forget_rollouts_after,
     rollout_outcome_counts,
     rollout_workflow_id,
@@ -244,3 +252,35 @@ def test_training_curves_plot_the_running_gate_figure_and_the_final_workers():
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
     assert training_curves_png(steps, "test").startswith(b"\x89PNG")  # without rollout rows
     assert stable_id("x") == stable_id("x")
+
+
+def test_fan_out_share_counts_workflows_whose_final_vote_saw_two_or_more_results(tmp_path):
+    """Per step: a workflow fans out when it parsed and its last step is a vote seat that saw at
+    least two earlier results; a vote over one result, a single worker or an unparsed text does not."""
+    store = Warehouse(tmp_path / "w.duckdb")
+    pool = make_pool(seat("solver"), seat("failer"), seat("vote", backend="vote"))
+    workers = {
+        "solver": RecordingWorker("solver", answer=QUESTIONS[0].answer),
+        "failer": RecordingWorker("failer", answer="-1"),
+        "vote": VoteWorker(pool.seat("vote")),
+    }
+    executor = PoolExecutor(pool, workers, QUESTIONS[:1], "ordinal", log=RolloutLog(RowBuffer(store), "grpo-vote", "grpo", "p"))
+    shown = ("solver", "failer", "vote")
+    by_step = {
+        1: [lists([0, 1, 2], ["Solve.", "Solve.", "Vote."], [[], [], [0, 1]]), SOLVE],
+        2: [lists([0, 2], ["Solve.", "Vote."], [[], [0]]), "not a workflow"],
+    }
+
+    async def rollouts() -> None:
+        for step, texts in by_step.items():
+            for position, text in enumerate(texts):
+                await executor(text, _row(position, step, shown))
+        await executor.flush()
+
+    asyncio.run(rollouts())
+    executor.write_rows()
+    counts = fan_out_counts(store, "grpo-vote", ["vote"])
+    assert counts.rows() == [(1, 2, 1), (2, 2, 0)]  # (step, rollouts, fanned out)
+    assert fan_out_share(counts) == 0.25
+    assert fan_out_counts(store, "grpo-vote", []) is None  # no aggregator in the pool: no figure
+    assert fan_out_counts(store, "grpo-vote", ["solver"]).rows() == [(1, 2, 0), (2, 2, 0)]

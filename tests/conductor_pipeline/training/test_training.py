@@ -22,10 +22,18 @@ from conductor_pipeline.training.reward import (
     routing_bonus,
 )
 from conductor_pipeline.training.rollouts import conductor_prompt_rows
-from conductor_pipeline.training.settings import GRPOSettings, LoraSettings, SFTSettings, settings_help
+from conductor_pipeline.training.settings import (
+    GPU_LORA_ALPHA,
+    GPU_LORA_RANK,
+    GRPOSettings,
+    LoraSettings,
+    SFTSettings,
+    parameter_billions,
+    settings_help,
+)
 from conductor_pipeline.training.sft import warm_start_sft
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
-from conductor_pipeline.workflow import Step, Workflow, parse_code, render_workflow
+from conductor_pipeline.workflow import Step, Workflow, parse_code, parse_workflow, render_workflow
 
 WORKERS = ["qwen-small", "llama-mid", "mistral-big"]
 QUESTIONS = [
@@ -103,6 +111,32 @@ def test_gpu_profile_builds_a_vllm_grpo_config(tmp_path):
     assert config.model_init_kwargs == {"dtype": "bfloat16"}
     server = _gpu_config(GRPOSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct", vllm_mode="server"), tmp_path)
     assert server.vllm_mode == "server" and server.vllm_server_base_url.startswith("http://127.0.0.1")
+
+
+def test_gpu_profile_wraps_7b_class_policies_in_lora_adapters(tmp_path):
+    from dataclasses import replace
+
+    from peft import LoraConfig
+
+    seven = GRPOSettings.gpu_profile("Qwen/Qwen2.5-7B-Instruct")
+    adapters = seven.peft_config()
+    assert isinstance(adapters, LoraConfig) and (adapters.r, adapters.lora_alpha) == (GPU_LORA_RANK, GPU_LORA_ALPHA)
+    assert adapters.target_modules == "all-linear" and adapters.task_type == "CAUSAL_LM"
+    assert GRPOSettings.gpu_profile() == seven  # the paper's policy is the 7B
+    config = _gpu_config(seven, tmp_path)  # adapters change nothing else of the paper's run
+    assert config.use_vllm and config.learning_rate == 1e-6 and config.gradient_checkpointing
+    assert config.vllm_gpu_memory_utilization == 0.3
+    sft = SFTSettings.gpu_profile()
+    assert sft.peft_config().r == GPU_LORA_RANK and sft.bf16 and sft.gradient_checkpointing
+    # 1.5B fits a full fine-tune: no adapters unless a rank is set.
+    assert GRPOSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct").peft_config() is None
+    assert SFTSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct").peft_config() is None
+    listed = replace(seven, lora=LoraSettings(rank=8, target_modules="q_proj, v_proj")).peft_config()
+    assert set(listed.target_modules) == {"q_proj", "v_proj"} and listed.r == 8
+    sizes = ["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "meta-llama/Llama-3.1-405B", "/ckpt/my-policy",
+             "smollm2-135m-instruct", "Qwen/Qwen2.5-14B"]
+    assert [parameter_billions(m) for m in sizes] == [7.0, 1.5, 405.0, None, None, 14.0]
+    assert GRPOSettings.gpu_profile("Qwen/Qwen2.5-14B").lora.rank == GPU_LORA_RANK
 
 
 def test_cpu_profile_config_and_batch_validation(tmp_path):
@@ -224,6 +258,24 @@ def test_cpu_profile_completion_cap_fits_every_compact_warm_start_target(tiny_mo
     assert displayed_worker_names(workers, "ordinal")[-1] == "Model 5"
 
 
+def test_cpu_profile_completion_cap_fits_every_fan_out_target(tiny_model):
+    """Three solvers and a vote (the longest compact fan-out) fit the rollout cap too."""
+    from transformers import AutoTokenizer
+
+    from conductor_pipeline.conductor.prompt import displayed_worker_names
+    from conductor_pipeline.training.synthetic import synthetic_target
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    displayed = displayed_worker_names([f"w{i}" for i in range(7)], "ordinal")
+    rng = random.Random(0)
+    targets = [
+        synthetic_target(rng, displayed, naming="ordinal", style="compact", aggregators=[displayed[6]]) for _ in range(300)
+    ]
+    assert any(len(parse_workflow(t, displayed).steps) == 4 for t in targets)  # the longest shape was drawn
+    longest = max(len(tokenizer(t).input_ids) + 1 for t in targets)  # + the end-of-turn token
+    assert longest <= GRPOSettings.cpu_profile().max_completion_length
+
+
 # --- SFT and GRPO on the tiny model ------------------------------------------------------------
 
 
@@ -299,3 +351,24 @@ def test_lora_warm_start_is_merged_and_grpo_checkpoints_hold_adapters(tiny_model
     policy = HFLocalPolicy(outcome.checkpoint_dir)  # the adapters over the warm-started model they were trained on
     samples = asyncio.run(policy.propose(short_prompt("q", WORKERS), n=2, temperature=1.0, max_new_tokens=4))
     assert len(samples) == 2
+
+
+def test_parse_checks_and_the_frozen_conductor_load_the_policy_on_the_device_given(monkeypatch, tiny_model):
+    from conductor_pipeline.conductor.policies import HFLocalPolicy
+    from conductor_pipeline.pools.config import load_pool
+    from conductor_pipeline.training import rollouts
+
+    devices: list[str] = []
+
+    class RecordingPolicy(HFLocalPolicy):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            devices.append(self.device)
+
+    monkeypatch.setattr(rollouts, "HFLocalPolicy", RecordingPolicy)
+    rows = conductor_prompt_rows(QUESTIONS[:1], WORKERS, short_prompt, question_id=str)
+    rate, codes = rollouts.parse_check(tiny_model, rows, "ordinal", 8, 2, device="cpu")
+    assert devices == ["cpu"] and sum(codes.values()) == 2 and 0.0 <= rate <= 1.0
+    assert rollouts.frozen_conductor(load_pool("replay-mixed6-recursive"), tiny_model, "cpu").device == "cpu"
+    with pytest.raises(ValueError, match="device must be"):
+        rollouts.parse_check(tiny_model, rows, "ordinal", 8, 2, device="gpu")

@@ -69,6 +69,21 @@ class ConductorPolicy(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
+class BatchingPolicy(ConductorPolicy, Protocol):
+    """A policy that answers many prompts at once (one sample each, each with its own seed):
+    evaluation hands it a whole group of questions instead of one prompt at a time."""
+
+    async def propose_batch(
+        self,
+        prompts: Sequence[list[dict]],
+        *,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: Sequence[int],
+    ) -> list[PolicyOutput]: ...
+
+
 class PolicyError(RuntimeError):
     """The policy could not produce outputs (endpoint down after retries, bad response shape).
 

@@ -4,8 +4,9 @@
 one evaluation run id, resumable: a rerun skips recorded workflows); `eval_tables` turns those
 rows into the arm table, every arm paired against the best single worker (verdict lines), the
 conductor's verdict (also a warning check), the cost story and frontier, the routing summary
-beside `world_model_report` and `oracle_ceilings`, usage shares, parse codes, the running gap and
-the gap decomposition. `eval_arms` depends on `conductor_checkpoint` and `world_model` for lineage
+beside `world_model_report` and `oracle_ceilings`, usage shares, parse codes, the running gap,
+the gap decomposition and, for each recursive conductor arm (the pool seats the conductor), what
+recursion did. A rerun of the same run retries the workflows that ended in an infrastructure failure. `eval_arms` depends on `conductor_checkpoint` and `world_model` for lineage
 only: it reads the checkpoint from the event log and fits its own train-split W, so it runs
 whether or not they materialized.
 
@@ -395,7 +396,7 @@ def eval_tables(
 ) -> dg.MaterializeResult:
     """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), every arm paired against
     the best single worker, the conductor's verdict, the cost story, the routing summary, usage,
-    parse codes, the running gap and the decomposition of each conductor's gap."""
+    parse codes, the running gap, the decomposition of each conductor's gap and the recursion table."""
     store = warehouse.get_warehouse()
     try:
         require_current_grades(store, run_id=eval_arms.run_id)

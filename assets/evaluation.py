@@ -4,8 +4,9 @@
 one evaluation run id, resumable: a rerun skips recorded workflows); `eval_tables` turns those
 rows into the arm table, every arm paired against the best single worker (verdict lines), the
 conductor's verdict (also a warning check), the cost story and frontier, the routing summary
-beside `world_model_report` and `oracle_ceilings`, usage shares, parse codes, the running gap and
-the gap decomposition. `eval_arms` depends on `conductor_checkpoint` and `world_model` for lineage
+beside `world_model_report` and `oracle_ceilings`, usage shares, parse codes, the running gap,
+the gap decomposition and, for each recursive conductor arm (the pool seats the conductor), what
+recursion did. A rerun of the same run retries the workflows that ended in an infrastructure failure. `eval_arms` depends on `conductor_checkpoint` and `world_model` for lineage
 only: it reads the checkpoint from the event log and fits its own train-split W, so it runs
 whether or not they materialized.
 
@@ -15,9 +16,10 @@ fills conductor prompts saw an eval-split question: that W is fitted here, on th
 scored rows of TRAIN-split questions for this pool's workers (a small LightGBM fit), not loaded
 from the `world_model` asset, whose W saw every question.
 
-The default conductor is the tiny offline HF model (random weights, CPU): it is here to prove
-the path end to end and is shown as the weak arm it is; configure a checkpoint or an endpoint
-on the `conductor` resource for a real result.
+The default conductor is the tiny offline HF model (random weights, CPU): it proves the path end
+to end, so it runs only with `include_untrained` (then shown as the weak arm it is); configure a
+checkpoint or an endpoint on the `conductor` resource for a real result. A local checkpoint
+generates the workflows of many questions per forward pass (`HFLocalPolicy.propose_batch`).
 """
 
 # No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
@@ -89,6 +91,11 @@ class EvalArmsConfig(dg.Config):
     )
     random_seed: int = Field(0, description="Seed of the uniformly random router")
     use_conductor_resource: bool = Field(True, description="Evaluate the `conductor` resource's policy")
+    include_untrained: bool = Field(
+        False,
+        description="Also evaluate the `conductor` resource when it is the tiny random-weight default (no "
+        "checkpoint, no endpoint): it only proves the path end to end and costs minutes of CPU",
+    )
     conductor_checkpoints: list[str] = Field(
         [], description="Extra local HF checkpoints to evaluate as conductor arms"
     )
@@ -138,7 +145,7 @@ def questions_seen_in_training(store: Warehouse, instance: dg.DagsterInstance) -
 def _conductor_resources(
     config: EvalArmsConfig, conductor: ConductorPolicyResource, *trained: str | None
 ) -> list[ConductorPolicyResource]:
-    chosen = [conductor] if config.use_conductor_resource else []
+    chosen = [conductor] if config.use_conductor_resource and (config.include_untrained or not conductor.untrained) else []
     paths = list(config.conductor_checkpoints)
     paths += [path for path in dict.fromkeys(trained) if path and path not in paths]
     return chosen + [conductor.with_checkpoint(path) for path in paths]
@@ -219,10 +226,12 @@ def eval_arms(
         }
         context.log.info(f"train-split W: {len(w_ids)} questions, {train_split_w.training_summary['rows']} rows")
     predictor = prompt_predictor(train_split_w, pool_config.workers) if train_split_w is not None else None
+    # A pool that seats the conductor makes every conductor arm recursive (and labelled so).
+    recursive = any(seat.is_conductor for seat in pool_config.workers)
     lineup = eval_lineup(
         seats, calibration, random_seed=config.random_seed,
         world_model=train_split_w if config.world_model_router else None, lambda_cost=config.w_router_lambda_cost,
-        conductors=[c.build_arm(predictor) for c in conductors],
+        conductors=[c.build_arm(predictor, recursive=recursive) for c in conductors],
         cascade_model=train_split_w if config.w_cascade else None, cascade_threshold=config.w_cascade_threshold,
         vote_top_k=config.vote_top_k if config.vote_arms else None,
     )
@@ -388,8 +397,8 @@ def eval_tables(
 ) -> dg.MaterializeResult:
     """Arm table (accuracy with 95% intervals, cost, latency, tokens, steps), every arm paired against
     the best single worker, the conductor's verdict, the cost story, the routing summary, usage,
-    parse codes, the running gap and the decomposition of each conductor's gap; on a pool with a vote
-    seat, each conductor arm's fan-out share."""
+    parse codes, the running gap, the decomposition of each conductor's gap, the recursion table and,
+    on a pool with a vote seat, each conductor arm's fan-out share."""
     store = warehouse.get_warehouse()
     try:
         require_current_grades(store, run_id=eval_arms.run_id)
@@ -409,12 +418,15 @@ def eval_tables(
         inline_chars=UI_INLINE_MARKDOWN_CHARS,
         fan_out=store.query_file("workflow_fan_out", {"run_id": eval_arms.run_id, "aggregators": aggregators})
         if aggregators else None,
+        inner_workflows=store.query_file("eval_inner_workflows", {"run_id": eval_arms.run_id}),
     )
 
     out_dir = warehouse.artifact_dir("eval_tables")
     results.table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
     results.gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
     comparisons_frame(results.comparisons).write_parquet(out_dir / f"{eval_arms.run_id}_paired.parquet")
+    if results.recursion is not None:
+        results.recursion.write_parquet(out_dir / f"{eval_arms.run_id}_recursion.parquet")
     if results.sweep.height:
         results.sweep.write_parquet(out_dir / f"{eval_arms.run_id}_cost_sweep.parquet")
     (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(results.accuracy_png)

@@ -153,6 +153,12 @@ class WorkflowRecord:
     phase: str | None = None
     training_step: int | None = None
     rollout: int | None = None
+    # Recursion (None / 0 on top-level workflows): the workflow and step that called the conductor
+    # seat which wrote this one, how many levels below the top it ran, and the top-level workflow.
+    parent_workflow_id: str | None = None
+    parent_step: int | None = None
+    depth: int = 0
+    root_workflow_id: str | None = None
 
     # As on `CallRecord`: the grader whose rules gave `correct`.
     grader_version: str | None = None

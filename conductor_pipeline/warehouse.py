@@ -158,6 +158,23 @@ class Warehouse:
             finally:
                 con.close()
 
+    def execute_files(self, names: Sequence[str], params: Mapping[str, Any]) -> list[tuple]:
+        """Run `sql/<name>.sql` for each name, in order, in one transaction (all land or none
+        does); returns the rows the last one returns (a DELETE's RETURNING rows, or its count)."""
+        with self._lock:
+            with self.connect() as con:
+                con.begin()
+                try:
+                    rows: list[tuple] = []
+                    for name in names:
+                        rows = con.execute(load_sql(name), params).fetchall()
+                    con.commit()
+                except BaseException:
+                    con.rollback()
+                    raise
+            self._refresh_replica(min_age_s=self.replica_interval_s)
+        return rows
+
     def insert(self, table: str, rows: Iterable[Any] | pl.DataFrame | pa.Table) -> int:
         """Write rows (dataclasses, dicts, a polars frame or an arrow table) idempotently.
 

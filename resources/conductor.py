@@ -72,9 +72,14 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         return HFLocalPolicy(path, device=self.device, name=self.label or f"hf:{path.name}")
 
     @property
+    def untrained(self) -> bool:
+        """Whether this is the tiny random-weight default (no checkpoint, no endpoint)."""
+        return self.kind == "hf_local" and not self.model_path
+
+    @property
     def effective_max_new_tokens(self) -> int:
         """`max_new_tokens`, capped for the tiny random-weight default (see TINY_MAX_NEW_TOKENS)."""
-        if self.kind == "hf_local" and not self.model_path:
+        if self.untrained:
             return min(self.max_new_tokens, TINY_MAX_NEW_TOKENS)
         return self.max_new_tokens
 
@@ -101,11 +106,14 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             max_new_tokens=self.max_new_tokens, show_predicted_success=self.show_predicted_success,
         )
 
-    def build_arm(self, predicted_success: Callable[[Question], Mapping[str, float]] | None = None) -> ConductorArm:
-        """This policy as an eval arm named `conductor:<arm_label>`; `predicted_success` (W's numbers
-        for the prompt) is used only when `show_predicted_success` is on."""
+    def build_arm(
+        self, predicted_success: Callable[[Question], Mapping[str, float]] | None = None, *, recursive: bool = False
+    ) -> ConductorArm:
+        """This policy as an eval arm named `conductor:<arm_label>` (`+recursive` when the pool
+        seats the conductor); `predicted_success` (W's numbers for the prompt) is used only when
+        `show_predicted_success` is on."""
         return ConductorArm(
             self.arm_label, self.build_policy(), naming=self.naming, examples=self.examples(),
             temperature=self.temperature, max_new_tokens=self.effective_max_new_tokens,
-            predicted_success=predicted_success if self.show_predicted_success else None,
+            predicted_success=predicted_success if self.show_predicted_success else None, recursive=recursive,
         )

@@ -5,6 +5,6 @@ SELECT
     CASE WHEN parse_code = 'ok' THEN workers[-1] ELSE '(unparsed)' END AS final_worker,
     count(*) AS rollouts
 FROM workflows
-WHERE run_id = $run_id AND training_step IS NOT NULL
+WHERE run_id = $run_id AND training_step IS NOT NULL AND parent_workflow_id IS NULL
 GROUP BY ALL
 ORDER BY step, final_worker;

@@ -6,6 +6,6 @@ SELECT
     CASE WHEN infra_failure THEN 'infrastructure' ELSE parse_code END AS outcome,
     count(*) AS rollouts
 FROM workflows
-WHERE run_id = $run_id AND training_step IS NOT NULL
+WHERE run_id = $run_id AND training_step IS NOT NULL AND parent_workflow_id IS NULL
 GROUP BY ALL
 ORDER BY step, outcome;

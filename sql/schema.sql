@@ -72,6 +72,14 @@ CREATE TABLE IF NOT EXISTS workflows (
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS phase VARCHAR;
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS training_step INTEGER;
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS rollout INTEGER;
+-- Recursion: a workflow a conductor seat wrote inside another one (NULL/0 on top-level workflows).
+-- `parent_workflow_id` and `parent_step` name the step that called the conductor, `depth` counts
+-- levels below the top (1 = called from a top-level step), `root_workflow_id` is the top-level
+-- workflow whose arm and question it answers. Its calls carry its own `workflow_id`.
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS parent_workflow_id VARCHAR;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS parent_step INTEGER;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS depth INTEGER DEFAULT 0;
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS root_workflow_id VARCHAR;
 
 -- As on `calls`: the grader whose rules gave `correct`.
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS grader_version VARCHAR DEFAULT '1';

@@ -18,7 +18,11 @@ it takes no governor slot. Each step's `calls` row records how many earlier resu
 Recursion: a pool seat with backend `conductor` is the conductor itself. Such a step prompts
 the conductor again with the parent workflow and the answer so far; its reply is either a new
 workflow (executed one level deeper; its answer becomes the step's answer) or three empty lists
-(pass the answer through). Depth is capped so a policy cannot recurse forever.
+(pass the answer through). Depth is capped so a policy cannot recurse forever. Each reply is a
+`workflows` row of its own (linked to the calling workflow, step and the top-level workflow,
+with its depth) whose step calls carry its id, so what recursion did can be read back per level;
+the calling step's own `calls` row carries no cost, since the inner calls carry it. The inner
+conductor samples with a seed drawn from the inner workflow's id, so a rerun writes the same rows.
 """
 
 from __future__ import annotations
@@ -77,6 +81,19 @@ class StepOutcome:
     status: CallStatus
     recorded_correct: bool | None = None
     graded: Grade | None = None  # set where the step was graded for its `calls` row; reused as the final grade
+
+
+@dataclass(frozen=True, slots=True)
+class _Lineage:
+    """What every row of one top-level workflow shares, nested workflows included."""
+
+    run_id: str
+    root_workflow_id: str
+    conductor_name: str
+    arm: str | None
+    sample: int
+    rollout: RolloutTag | None
+    record: bool = True
 
 
 @dataclass(slots=True)
@@ -256,10 +273,8 @@ class Orchestrator:
         broadcast-and-vote baseline passes its majority vote. It runs in a thread (it may grade).
         """
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
-        state = await self._execute_steps(
-            question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id=run_id,
-            sample=repeat, depth=0,
-        )
+        lineage = _Lineage(run_id, workflow_id, conductor_name, arm, repeat, rollout)
+        state = await self._execute_steps(question, workflow, workflow_id=workflow_id, lineage=lineage, depth=0)
         if state.infra_failure:
             final_answer, correct = None, None
         else:
@@ -315,10 +330,8 @@ class Orchestrator:
             return CompletionScore(exc.code, None, None)
         final_worker = workflow.steps[-1].worker
         workflow_id = stable_id("score", question.question_id, completion_text)
-        state = await self._execute_steps(
-            question, workflow, workflow_id=workflow_id, root_workflow_id=workflow_id, run_id="score",
-            sample=0, depth=0, record=False,
-        )
+        lineage = _Lineage("score", workflow_id, "score", None, 0, None, record=False)
+        state = await self._execute_steps(question, workflow, workflow_id=workflow_id, lineage=lineage, depth=0)
         if state.infra_failure:
             return CompletionScore(PARSE_OK, None, final_worker)
         _, correct = await _grade_final(state, question.answer)
@@ -345,28 +358,23 @@ class Orchestrator:
         workflow: Workflow,
         *,
         workflow_id: str,
-        root_workflow_id: str,
-        run_id: str,
-        sample: int,
+        lineage: _Lineage,
         depth: int,
-        record: bool = True,
     ) -> _Execution:
-        """Run the steps in order; nested (recursive) workflows key their calls by their own id
-        but carry the top-level `root_workflow_id`, so a workflow's cost and tokens join in one query."""
+        """Run the steps in order; every call is keyed and recorded under `workflow_id`, the
+        workflow it belongs to (a nested one's own id at depth > 0)."""
         state = _Execution()
         for index, step in enumerate(workflow.steps):
             messages = self._step_messages(question, state.outcomes, step)
             seat = self.pool.seat(step.worker)
             if seat.is_conductor:
                 result = await self._recurse(
-                    question, workflow, state, seat, workflow_id=workflow_id,
-                    root_workflow_id=root_workflow_id, run_id=run_id,
-                    sample=sample, depth=depth, index=index, record=record,
+                    question, workflow, state, seat, workflow_id=workflow_id, lineage=lineage, depth=depth, index=index
                 )
             else:
                 visible = tuple(state.outcomes[seen].response for seen in step.sees)
-                result = await self._call_worker(question, seat, messages, sample, visible)
-            graded = await asyncio.to_thread(grade, result.response, question.answer) if record else None
+                result = await self._call_worker(question, seat, messages, lineage.sample, visible)
+            graded = await asyncio.to_thread(grade, result.response, question.answer) if lineage.record else None
             state.outcomes.append(
                 StepOutcome(
                     index=index, worker=step.worker, subtask=step.subtask, response=result.response,
@@ -381,15 +389,17 @@ class Orchestrator:
                 )
                 self._record_call(
                     _step_call_record(
-                        result, key=workflow_id, workflow_id=root_workflow_id, run_id=run_id, question=question, step=step,
-                        index=index, sample=sample, extracted=graded.extracted, correct=correct,
+                        result, key=workflow_id, workflow_id=workflow_id, run_id=lineage.run_id, question=question,
+                        step=step, index=index, sample=lineage.sample, extracted=graded.extracted, correct=correct,
                         pool=self.pool.name, visible_steps=len(step.sees),
+                        # A conductor step's cost is its inner workflow's, whose calls carry it.
+                        cost_usd=None if seat.is_conductor else result.cost_usd,
                     )
                 )
             if result.status in INFRA_STATUSES:
                 state.infra_failure = True
                 break
-        if record:
+        if lineage.record:
             await self._maybe_flush()
         return state
 
@@ -438,14 +448,15 @@ class Orchestrator:
         seat: WorkerSeat,
         *,
         workflow_id: str,
-        root_workflow_id: str,
-        run_id: str,
-        sample: int,
+        lineage: _Lineage,
         depth: int,
         index: int,
-        record: bool,
     ) -> CallResult:
-        """Run the conductor as a step: a new workflow one level down, or pass the answer through."""
+        """Run the conductor as a step: a new workflow one level down, or pass the answer through.
+
+        Every reply of the conductor becomes a `workflows` row at `depth + 1` (a pass-through has
+        no steps; an unparseable reply has its parse code); reaching the cap asks nothing.
+        """
         answer_so_far = state.outcomes[-1].response if state.outcomes else None
         passed = CallResult(
             status=CallStatus.OK if answer_so_far is not None else CallStatus.EMPTY,
@@ -456,6 +467,11 @@ class Orchestrator:
             passed.error = f"recursion depth cap {self.max_depth} reached: answer passed through"
             return passed
         assert self.conductor_policy is not None  # checked in __init__
+        inner_id = stable_id(workflow_id, "recursion", index)
+        inner = _InnerRow(
+            question=question, lineage=lineage, workflow_id=inner_id, parent_workflow_id=workflow_id,
+            parent_step=index, depth=depth + 1,
+        )
         messages = build_recursion_prompt(
             question, self.catalogue(), _render_parent(parent, self.displayed_names, self.worker_names),
             answer_so_far, naming=self.naming, workers_see_question=self.include_question,
@@ -465,34 +481,47 @@ class Orchestrator:
             async with self.governor.slot(seat.name, self.conductor_max_new_tokens):
                 (output,) = await self.conductor_policy.propose(
                     messages, n=1, temperature=self.conductor_temperature,
-                    max_new_tokens=self.conductor_max_new_tokens, seed=None,
+                    max_new_tokens=self.conductor_max_new_tokens, seed=recursion_seed(inner_id),
                 )
         except PolicyError as exc:
-            return CallResult(status=CallStatus.TRANSIENT, error=f"conductor policy failed: {exc}")
-        inner_id = stable_id(workflow_id, "recursion", index)
-        if record:
+            error = f"conductor policy failed: {exc}"
+            await self._record_inner(inner, None, NOT_RUN, infra_failure=True)
+            return CallResult(status=CallStatus.TRANSIENT, error=error)
+        if lineage.record:
             self._record_call(
                 _conductor_call_record(
-                    output, key=inner_id, workflow_id=root_workflow_id, run_id=run_id, question=question,
-                    conductor_name=seat.name, depth=depth + 1, sample=sample, pool=self.pool.name,
+                    output, key=inner_id, workflow_id=inner_id, run_id=lineage.run_id, question=question,
+                    conductor_name=seat.name, depth=depth + 1, sample=lineage.sample, pool=self.pool.name,
                 )
             )
         try:
-            inner = self.parse(output.text, allow_empty=True)
+            workflow = self.parse(output.text, allow_empty=True)
         except WorkflowParseError as exc:
             # The conductor failed at its own step: that is a scored failure of this step.
+            await self._record_inner(inner, output.text, exc.code, correct=False, latency_s=output.latency_s)
             return CallResult(
                 status=CallStatus.TERMINAL, error=f"recursive workflow unparseable: {exc.code}",
                 latency_s=output.latency_s, cost_usd=0.0,
             )
-        if not inner.steps:
+        if not workflow.steps:
             passed.latency_s = output.latency_s
             passed.error = "conductor returned three empty lists: answer passed through"
+            if lineage.record:
+                final_answer, correct = await _grade_final(_Execution(outcomes=state.outcomes[-1:]), question.answer)
+                await self._record_inner(
+                    inner, output.text, PARSE_OK, final_answer=final_answer, correct=correct, latency_s=output.latency_s
+                )
             return passed
-        inner_state = await self._execute_steps(
-            question, inner, workflow_id=inner_id, root_workflow_id=root_workflow_id, run_id=run_id,
-            sample=sample, depth=depth + 1, record=record,
-        )
+        inner_state = await self._execute_steps(question, workflow, workflow_id=inner_id, lineage=lineage, depth=depth + 1)
+        latency = add_latency(output.latency_s, inner_state.latency_s)
+        if lineage.record:
+            final_answer, correct = (None, None) if inner_state.infra_failure else await _grade_final(
+                inner_state, question.answer
+            )
+            await self._record_inner(
+                inner, output.text, PARSE_OK, workflow=workflow, final_answer=final_answer, correct=correct,
+                cost_usd=inner_state.cost_usd, latency_s=latency, infra_failure=inner_state.infra_failure,
+            )
         last = inner_state.outcomes[-1] if inner_state.outcomes else None
         status = CallStatus.TRANSIENT if inner_state.infra_failure else (
             last.status if last is not None else CallStatus.EMPTY
@@ -500,8 +529,37 @@ class Orchestrator:
         return CallResult(
             status=status, response=last.response if last is not None else None,
             recorded_correct=last.recorded_correct if last is not None else None,
-            cost_usd=inner_state.cost_usd, latency_s=add_latency(output.latency_s, inner_state.latency_s),
+            cost_usd=inner_state.cost_usd, latency_s=latency,
             error="inner workflow hit an infrastructure failure" if inner_state.infra_failure else None,
+        )
+
+    async def _record_inner(
+        self,
+        inner: _InnerRow,
+        raw_text: str | None,
+        parse_code: str,
+        *,
+        workflow: Workflow | None = None,
+        final_answer: str | None = None,
+        correct: bool | None = None,
+        cost_usd: float = 0.0,
+        latency_s: float | None = None,
+        infra_failure: bool = False,
+    ) -> None:
+        """The `workflows` row of one reply of the conductor seat (nothing when not recording)."""
+        lineage = inner.lineage
+        if not lineage.record:
+            return
+        steps = workflow.steps if workflow is not None else ()
+        await self._record_workflow(
+            WorkflowRecord(
+                workflow_id=inner.workflow_id, run_id=lineage.run_id, question_id=inner.question.question_id,
+                conductor=lineage.conductor_name, raw_text=raw_text, parse_code=parse_code, n_steps=len(steps),
+                workers=[s.worker for s in steps], final_answer=final_answer, correct=correct, cost_usd=cost_usd,
+                latency_s=latency_s, arm=lineage.arm, repeat=lineage.sample, infra_failure=infra_failure,
+                parent_workflow_id=inner.parent_workflow_id, parent_step=inner.parent_step, depth=inner.depth,
+                root_workflow_id=lineage.root_workflow_id, **_rollout_fields(lineage.rollout),
+            )
         )
 
     def catalogue(self) -> list[CatalogueEntry]:
@@ -537,6 +595,23 @@ class Orchestrator:
 def workflow_key(run_id: str, arm: str | None, repeat: int, question_id: str, conductor_name: str) -> str:
     """The workflow id: stable, so a rerun of the same run writes (and skips) the same keys."""
     return stable_id("workflow", run_id, arm, repeat, question_id, conductor_name)
+
+
+def recursion_seed(inner_workflow_id: str) -> int:
+    """The sampling seed of the conductor's reply at a recursive step: fixed by where it is asked."""
+    return int(inner_workflow_id[:8], 16)
+
+
+@dataclass(frozen=True, slots=True)
+class _InnerRow:
+    """Where a nested workflow sits: its id, the step that called it and its depth."""
+
+    question: Question
+    lineage: _Lineage
+    workflow_id: str
+    parent_workflow_id: str
+    parent_step: int
+    depth: int
 
 
 def _rollout_fields(rollout: RolloutTag | None) -> dict[str, object]:
@@ -598,13 +673,14 @@ def _step_call_record(
     correct: bool | None,
     pool: str,
     visible_steps: int,
+    cost_usd: float | None,
 ) -> CallRecord:
     return CallRecord(
         call_id=stable_id("step", key, index), run_id=run_id, kind="step",
         question_id=question.question_id, worker=step.worker, sample=sample, subtask=step.subtask,
         response=result.response, extracted_answer=extracted, correct=correct, status=str(result.status),
         error=result.error, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-        cost_usd=result.cost_usd, latency_s=result.latency_s, started_at=result.started_at, pool=pool,
+        cost_usd=cost_usd, latency_s=result.latency_s, started_at=result.started_at, pool=pool,
         workflow_id=workflow_id, step=index, reasoning_tokens=result.reasoning_tokens,
         tokens_estimated=result.tokens_estimated, finish_reason=result.finish_reason, attempts=result.attempts,
         visible_steps=visible_steps,

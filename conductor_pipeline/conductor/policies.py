@@ -13,6 +13,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -27,6 +28,9 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_BACKOFF_S = 1.0
 # Long enough for a 7B model to write a 1k-token workflow on a busy shared server.
 DEFAULT_TIMEOUT_S = 120.0
+# Padded (prompt + completion) tokens one batched `generate` may hold: the key-value cache grows
+# with it. 32k tokens is ~0.4 GiB of cache for a 0.5B model and ~2 GiB for a 7B one in bf16.
+DEFAULT_MAX_BATCH_TOKENS = 32_768
 
 # --- where a local model runs --------------------------------------------------------------------
 
@@ -96,6 +100,21 @@ class ConductorPolicy(Protocol):
     ) -> list[PolicyOutput]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class BatchingPolicy(ConductorPolicy, Protocol):
+    """A policy that answers many prompts at once (one sample each, each with its own seed):
+    evaluation hands it a whole group of questions instead of one prompt at a time."""
+
+    async def propose_batch(
+        self,
+        prompts: Sequence[list[dict]],
+        *,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: Sequence[int],
+    ) -> list[PolicyOutput]: ...
 
 
 class PolicyError(RuntimeError):
@@ -169,9 +188,14 @@ class HFLocalPolicy:
         completions = sequences[:, prompt_length:]
         if greedy:  # greedy decoding is deterministic: one pass serves all n
             completions = completions.repeat(n, 1)
-        stop_ids = set(_as_list(model.generation_config.eos_token_id)) | {tokenizer.pad_token_id}
+        return self._outputs(completions.tolist(), [prompt_length] * len(completions), latency)
+
+    def _outputs(self, rows: list[list[int]], prompt_lengths: Sequence[int], latency: float) -> list[PolicyOutput]:
+        """Completion token rows cut at their first stop token, decoded."""
+        tokenizer = self._tokenizer
+        stop_ids = set(_as_list(self._model.generation_config.eos_token_id)) | {tokenizer.pad_token_id}
         outputs = []
-        for row in completions.tolist():
+        for row, prompt_length in zip(rows, prompt_lengths, strict=True):
             length = next((i + 1 for i, tok in enumerate(row) if tok in stop_ids), len(row))
             finish = "stop" if length < len(row) or row[-1] in stop_ids else "length"
             outputs.append(
@@ -184,6 +208,50 @@ class HFLocalPolicy:
                 )
             )
         return outputs
+
+    def _generate_batch(
+        self,
+        prompts: list[list[dict]],
+        temperature: float,
+        max_new_tokens: int,
+        seeds: list[int],
+        max_batch_tokens: int,
+    ) -> list[PolicyOutput]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        with self._lock:
+            self._load()
+            tokenizer, model = self._tokenizer, self._model
+            encoded = [
+                tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+                for messages in prompts
+            ]
+            lengths = [len(e["input_ids"]) for e in encoded]
+            outputs: list[PolicyOutput | None] = [None] * len(prompts)
+            for chunk in _length_chunks(lengths, max_new_tokens, max_batch_tokens):
+                batch = tokenizer.pad(
+                    {"input_ids": [encoded[i]["input_ids"] for i in chunk]}, padding=True, return_tensors="pt"
+                ).to(self.device)
+                width = int(batch["input_ids"].shape[1])
+                processors = LogitsProcessorList()
+                if temperature > 0.0:
+                    processors.append(_gumbel_max_sampler([seeds[i] for i in chunk], temperature, self.device))
+                started = time.perf_counter()
+                with torch.inference_mode():
+                    sequences = model.generate(
+                        **batch,
+                        do_sample=False,  # the sampler above turns the argmax into a sample
+                        max_new_tokens=max_new_tokens,
+                        pad_token_id=tokenizer.pad_token_id,
+                        logits_processor=processors,
+                    )
+                # Wall time shared out: what each question cost the machine, not how long it waited.
+                latency = (time.perf_counter() - started) / len(chunk)
+                decoded = self._outputs(sequences[:, width:].tolist(), [lengths[i] for i in chunk], latency)
+                for index, output in zip(chunk, decoded, strict=True):
+                    outputs[index] = output
+        return [output for output in outputs if output is not None]
 
     async def propose(
         self,
@@ -200,8 +268,65 @@ class HFLocalPolicy:
             self._generate, messages, n, temperature, max_new_tokens, seed
         )
 
+    async def propose_batch(
+        self,
+        prompts: Sequence[list[dict]],
+        *,
+        temperature: float,
+        max_new_tokens: int,
+        seeds: Sequence[int],
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> list[PolicyOutput]:
+        """One sample for each prompt, many prompts per forward pass: prompts of similar length are
+        left-padded into batches of at most `max_batch_tokens` padded prompt-plus-completion tokens.
+
+        Each prompt samples through a generator of its own, seeded with its seed (Gumbel-max over
+        the temperature-scaled logits: an exact sample of the same distribution as `propose`), so
+        its text does not depend on which prompts share its batch. It is not the text `propose`
+        draws with the same seed: that one comes from torch's global generator. Each output's
+        `latency_s` is its batch's wall time divided by the batch's size.
+        """
+        if len(prompts) != len(seeds):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+        if not prompts:
+            return []
+        return await asyncio.to_thread(
+            self._generate_batch, list(prompts), temperature, max_new_tokens, list(seeds), max_batch_tokens
+        )
+
     async def aclose(self) -> None:
         self._model = self._tokenizer = None
+
+
+def _length_chunks(lengths: Sequence[int], max_new_tokens: int, max_batch_tokens: int) -> list[list[int]]:
+    """Indices of `lengths` grouped by length (little padding), each group's padded size
+    (rows x (longest prompt + max_new_tokens)) within `max_batch_tokens`; one row always fits."""
+    chunks: list[list[int]] = []
+    chunk: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        if chunk and (len(chunk) + 1) * (lengths[index] + max_new_tokens) > max_batch_tokens:
+            chunks.append(chunk)
+            chunk = []
+        chunk.append(index)
+    return chunks + [chunk] if chunk else chunks
+
+
+def _gumbel_max_sampler(seeds: Sequence[int], temperature: float, device: str) -> Any:
+    """A logits processor after which the argmax is a sample at `temperature` (top-k and top-p
+    off), each row drawing its noise from a generator of its own."""
+    import torch
+    from transformers import LogitsProcessor
+
+    generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+
+    class GumbelMaxSampler(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            uniform = torch.stack(
+                [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in generators]
+            ).clamp_min(torch.finfo(torch.float32).tiny)
+            return scores.float() / temperature - torch.log(-torch.log(uniform))
+
+    return GumbelMaxSampler()
 
 
 def _as_list(value: int | list[int] | None) -> list[int]:

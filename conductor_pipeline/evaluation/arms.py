@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow, workflow_key
-from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError
+from conductor_pipeline.conductor.policies import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.conductor.prompt import build_conductor_prompt
 from conductor_pipeline.evaluation.routers import OracleRouter
 from conductor_pipeline.evaluation.vote import majority_step
@@ -132,7 +132,9 @@ class ConductorArm:
 
     `predicted_success` (question -> {seat name: P(success)}; world_model.prompt_predictor of a
     TRAIN-split W) puts W's numbers next to the catalogue; None shows none. The prompt's rules say
-    what workers see according to the orchestrator's `include_question`.
+    what workers see according to the orchestrator's `include_question`. `recursive`: the pool
+    seats the conductor, so its workflows may call this policy again; the name says so, since the
+    same policy on the same workers without that seat is another arm.
     """
 
     label: str
@@ -143,11 +145,13 @@ class ConductorArm:
     max_new_tokens: int = 1024
     seed: int = 0
     predicted_success: Callable[[Question], Mapping[str, float]] | None = None
+    recursive: bool = False
     PREFIX: ClassVar[str] = "conductor:"
+    RECURSIVE_SUFFIX: ClassVar[str] = "+recursive"
 
     @property
     def name(self) -> str:
-        return f"{self.PREFIX}{self.label}"
+        return f"{self.PREFIX}{self.label}{self.RECURSIVE_SUFFIX if self.recursive else ''}"
 
     def prompt(self, orchestrator: Orchestrator, question: Question) -> list[dict[str, str]]:
         """The chat messages this arm sends its policy for a question."""
@@ -157,20 +161,61 @@ class ConductorArm:
             workers_see_question=orchestrator.include_question,
         )
 
+    def sampling_seed(self, question: Question, repeat: int) -> int:
+        """The seed of the arm's sample for one (question, repeat): fixed, so a rerun draws the same text."""
+        return int(stable_id(self.seed, question.question_id, repeat)[:8], 16)
+
     async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
         messages = self.prompt(orchestrator, question)
-        seed = int(stable_id(self.seed, question.question_id, repeat)[:8], 16)
         try:
             (output,) = await self.policy.propose(
-                messages, n=1, temperature=self.temperature, max_new_tokens=self.max_new_tokens, seed=seed
+                messages, n=1, temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                seed=self.sampling_seed(question, repeat),
             )
         except PolicyError as exc:
-            return await orchestrator.record_not_run(
-                question, conductor_name=self.name, run_id=run_id, arm=self.name, repeat=repeat, error=str(exc)
+            return await self._not_run(orchestrator, question, run_id=run_id, repeat=repeat, error=str(exc))
+        return await self._run(orchestrator, question, output, run_id=run_id, repeat=repeat)
+
+    async def answer_batch(
+        self, orchestrator: Orchestrator, pending: Sequence[tuple[Question, int]], *, run_id: str, max_concurrent: int
+    ) -> list[WorkflowRecord]:
+        """Every (question, repeat) of `pending`: with a batching policy (`BatchingPolicy`) all
+        prompts are generated together, then their workflows run; otherwise one `answer` each."""
+        gate = asyncio.Semaphore(max_concurrent)
+        if not isinstance(self.policy, BatchingPolicy):
+
+            async def one(question: Question, repeat: int) -> WorkflowRecord:
+                async with gate:
+                    return await self.answer(orchestrator, question, run_id=run_id, repeat=repeat)
+
+            return list(await asyncio.gather(*(one(q, r) for q, r in pending)))
+        try:
+            outputs = await self.policy.propose_batch(
+                [self.prompt(orchestrator, q) for q, _ in pending], temperature=self.temperature,
+                max_new_tokens=self.max_new_tokens, seeds=[self.sampling_seed(q, r) for q, r in pending],
             )
+        except PolicyError as exc:
+            return [await self._not_run(orchestrator, q, run_id=run_id, repeat=r, error=str(exc)) for q, r in pending]
+
+        async def run(question: Question, repeat: int, output: PolicyOutput) -> WorkflowRecord:
+            async with gate:
+                return await self._run(orchestrator, question, output, run_id=run_id, repeat=repeat)
+
+        return list(await asyncio.gather(*(run(q, r, o) for (q, r), o in zip(pending, outputs, strict=True))))
+
+    async def _run(
+        self, orchestrator: Orchestrator, question: Question, output: PolicyOutput, *, run_id: str, repeat: int
+    ) -> WorkflowRecord:
         return await orchestrator.run_workflow_text(
             question, output.text, conductor_name=self.name, run_id=run_id, arm=self.name, repeat=repeat,
             conductor_output=output,
+        )
+
+    async def _not_run(
+        self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int, error: str
+    ) -> WorkflowRecord:
+        return await orchestrator.record_not_run(
+            question, conductor_name=self.name, run_id=run_id, arm=self.name, repeat=repeat, error=error
         )
 
 
@@ -186,19 +231,30 @@ async def run_arm(
 ) -> list[WorkflowRecord]:
     """Every (question, repeat) of one arm, concurrently; already recorded workflows are skipped.
 
-    Skipping by workflow id makes a rerun after a crash continue where it stopped.
+    Skipping by workflow id makes a rerun after a crash continue where it stopped. A conductor arm
+    generates `max_concurrent` questions' workflows at a time (one batch where its policy batches),
+    and each group's rows are written before the next group starts.
     """
+    pending = [
+        (q, r) for r in range(repeats) for q in questions
+        if workflow_key(run_id, arm.name, r, q.question_id, arm.name) not in skip_workflow_ids
+    ]
+    if isinstance(arm, ConductorArm):
+        records: list[WorkflowRecord] = []
+        for start in range(0, len(pending), max_concurrent):
+            group = pending[start:start + max_concurrent]
+            records += await arm.answer_batch(orchestrator, group, run_id=run_id, max_concurrent=max_concurrent)
+            await orchestrator.flush()
+        return records
     gate = asyncio.Semaphore(max_concurrent)
 
-    async def one(question: Question, repeat: int) -> WorkflowRecord | None:
-        if workflow_key(run_id, arm.name, repeat, question.question_id, arm.name) in skip_workflow_ids:
-            return None
+    async def one(question: Question, repeat: int) -> WorkflowRecord:
         async with gate:
             return await arm.answer(orchestrator, question, run_id=run_id, repeat=repeat)
 
-    results = await asyncio.gather(*(one(q, r) for r in range(repeats) for q in questions))
+    results = await asyncio.gather(*(one(q, r) for q, r in pending))
     await orchestrator.flush()
-    return [r for r in results if r is not None]
+    return list(results)
 
 
 @dataclass(frozen=True)

@@ -136,41 +136,74 @@ async def run_lineup(
     max_depth: int = 2,
     log: Callable[[str], object] = lambda message: None,
 ) -> None:
-    """Every arm of the lineup on the questions, recorded under `run_id`; workflows already
-    recorded under it are skipped, so a rerun after a crash continues. Closes the workers and
-    the conductors' policies when done.
+    """Every arm of the lineup on the questions, recorded under `run_id`. Workflows already
+    recorded under it are skipped, so a rerun after a crash continues, except those that ended in
+    an infrastructure failure: they are deleted first (`retry_infra_failures`) and run again.
+    Closes the workers and the conductors' policies when done.
 
-    A pool that seats the conductor recurses with the first conductor arm's policy and settings.
+    A pool that seats the conductor recurses: each conductor arm's workflows call that arm's own
+    policy, with its settings, at the conductor's seat (the arm must be `recursive`).
     """
-    recursion = lineup.conductors[0] if lineup.conductors else None
-    orchestrator = Orchestrator(
-        pool_config, workers, Governor.from_pool(pool_config), store,
-        include_question=include_question, max_depth=max_depth,
-        naming=recursion.naming if recursion else "ordinal",
-        conductor_policy=recursion.policy if recursion else None,
-        conductor_temperature=recursion.temperature if recursion else 1.0,
-        conductor_max_new_tokens=recursion.max_new_tokens if recursion else 1024,
-        predicted_success=recursion.predicted_success if recursion else None,
-    )
-    done = frozenset(store.query_file("eval_workflows", {"run_id": run_id})["workflow_id"].to_list())
+    seats_conductor = any(seat.is_conductor for seat in pool_config.workers)
+    mislabelled = [arm.name for arm in lineup.conductors if arm.recursive != seats_conductor]
+    if mislabelled:
+        raise ValueError(
+            f"conductor arms {mislabelled} are labelled recursive={not seats_conductor} but pool "
+            f"{pool_config.name!r} {'seats' if seats_conductor else 'does not seat'} the conductor"
+        )
+    governor = Governor.from_pool(pool_config)
 
-    async def run(arm: Arm) -> None:
+    def orchestrator_for(arm: ConductorArm | None) -> Orchestrator:
+        # The other arms never reach the conductor's seat: they run on the pool without it.
+        pool = pool_config if arm is not None else pool_config.model_copy(
+            update={"workers": [seat for seat in pool_config.workers if not seat.is_conductor]}
+        )
+        return Orchestrator(
+            pool, workers, governor, store, include_question=include_question, max_depth=max_depth,
+            naming=arm.naming if arm else "ordinal",
+            conductor_policy=arm.policy if arm and seats_conductor else None,
+            conductor_temperature=arm.temperature if arm else 1.0,
+            conductor_max_new_tokens=arm.max_new_tokens if arm else 1024,
+            predicted_success=arm.predicted_success if arm else None,
+        )
+
+    retried = retry_infra_failures(store, run_id)
+    if retried:
+        log(f"{retried} workflows of {run_id} ended in an infrastructure failure: running them again")
+    done = frozenset(store.query_file("eval_workflows", {"run_id": run_id})["workflow_id"].to_list())
+    baseline = orchestrator_for(None)
+
+    async def run(arm: Arm, orchestrator: Orchestrator) -> None:
         records = await run_arm(orchestrator, arm, questions, run_id=run_id, repeats=repeats, skip_workflow_ids=done)
         log(f"{arm.name}: {len(records)} workflows run ({len(questions)} questions x {repeats})")
 
     try:
-        await asyncio.gather(*(run(arm) for arm in lineup.solo))
+        await asyncio.gather(*(run(arm, baseline) for arm in lineup.solo))
         verdicts = _solo_verdicts(store, run_id, lineup.solo)
         routers = [arm.with_solo_verdicts(verdicts) if isinstance(arm, OracleArm) else arm for arm in lineup.routers]
-        await asyncio.gather(*(run(arm) for arm in routers))
+        await asyncio.gather(*(run(arm, baseline) for arm in routers))
         for arm in lineup.conductors:
-            await run(arm)
+            orchestrator = orchestrator_for(arm)
+            try:
+                await run(arm, orchestrator)
+            finally:
+                await orchestrator.aclose()
     finally:
-        await orchestrator.aclose()
+        await baseline.aclose()
         for arm in lineup.conductors:
             await arm.policy.aclose()
         for worker in workers.values():
             await worker.aclose()
+
+
+def retry_infra_failures(store: Warehouse, run_id: str) -> int:
+    """Delete the run's top-level workflows that ended in an infrastructure failure, with their
+    calls and the workflows nested in them, so the run executes them again; returns how many
+    top-level workflows were deleted. Completed workflows (scored, right or wrong) stay."""
+    deleted = store.execute_files(
+        ["delete_infra_failed_calls", "delete_infra_failed_workflows"], {"run_id": run_id}
+    )
+    return sum(1 for (top_level,) in deleted if top_level)
 
 
 def _solo_verdicts(store: Warehouse, run_id: str, solo: Sequence[SoloArm]) -> dict[str, dict[str, bool]]:

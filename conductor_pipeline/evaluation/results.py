@@ -44,13 +44,20 @@ from conductor_pipeline.evaluation.tables import (
     common_questions,
     conductor_decompositions,
     fan_out_by_arm,
+    is_recursive_arm,
     parse_code_histogram,
+    recursion_table,
     routing_value,
     running_gap,
     worker_usage,
 )
 from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.stats import PairedComparison
+
+# No nested workflows recorded: the recursion table then says so (zero everywhere).
+_NO_INNER = pl.DataFrame(
+    schema={"root_workflow_id": pl.String, "n_steps": pl.Int64, "parse_code": pl.String, "depth": pl.Int64}
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class EvalTables:
     markdown: dict[str, str] = field(default_factory=dict)
     accuracy_png: bytes = b""
     gap_png: bytes = b""
+    recursion: pl.DataFrame | None = None  # per recursive conductor arm; None when no arm recursed
 
 
 def build_eval_tables(
@@ -88,11 +96,14 @@ def build_eval_tables(
     others: OtherFigures | None = None,
     inline_chars: int | None = None,
     fan_out: pl.DataFrame | None = None,
+    inner_workflows: pl.DataFrame | None = None,
 ) -> EvalTables:
     """Every table of the run `summary` names from its `workflows` (and per-workflow `call_tokens`).
 
     `fan_out`: the run's `sql/workflow_fan_out.sql` rows on a pool with a vote seat; each conductor
     arm's share of workflows that fanned out and aggregated is then published (`fan_out`).
+    `inner_workflows` (eval_inner_workflows: what the conductor seat wrote inside them) gives the
+    recursion table of each recursive conductor arm, whatever recursion did there.
 
     `inline_chars`: the verdict lines are shortened until they fit (the UI shows shorter markdown
     without a click). Verdicts and sweeps use `settings` for every paired interval.
@@ -113,6 +124,11 @@ def build_eval_tables(
     reference_label = labels.get(REFERENCE_ARM, REFERENCE_ARM)
     shown = [arm for arm in arms if arm != REFERENCE_ARM]
     conductors = conductor_arms(arms)
+    recursive = [arm for arm in conductors if is_recursive_arm(arm)]
+    recursion = (
+        recursion_table(workflows, inner_workflows if inner_workflows is not None else _NO_INNER, recursive)
+        if recursive else None
+    )
     points = {arm: split for arm in conductors if (split := gap_in_points(workflows, arm)) is not None}
     routing = routing_value(table, WorldModelRouter.name)
     decompositions = conductor_decompositions(
@@ -152,6 +168,7 @@ def build_eval_tables(
         ),
         "worker_usage": markdown_table(worker_usage(workflows)),
         "parse_codes": markdown_table(parse_code_histogram(workflows)),
+        **({"recursion": markdown_table(recursion)} if recursion is not None else {}),
         "running_gap": markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions",
         "decomposition": decomposition_markdown(decompositions) if decompositions else "no conductor arm",
     }
@@ -170,4 +187,5 @@ def build_eval_tables(
         markdown=markdown,
         accuracy_png=accuracy_cost_plot(table, frontier=frontier, sweep=sweep, labels=labels, reference=REFERENCE_ARM),
         gap_png=running_gap_plot(gap),
+        recursion=recursion,
     )

@@ -332,3 +332,49 @@ def conductor_decompositions(
         if solo.height and conductor_rows.height:
             decompositions.append({"arm": arm, **decompose_gap(solo, conductor_rows), **(context or {})})
     return decompositions
+
+
+def is_recursive_arm(arm: str) -> bool:
+    """A conductor arm whose pool seats the conductor (its workflows may call it again)."""
+    return arm.startswith(ConductorArm.PREFIX) and arm.endswith(ConductorArm.RECURSIVE_SUFFIX)
+
+
+def recursion_table(workflows: pl.DataFrame, inner: pl.DataFrame, arms: Sequence[str]) -> pl.DataFrame:
+    """What recursion did, per arm, over its top-level workflows that reached an answer (no
+    infrastructure failure): steps per workflow at the top level and counting the steps of the
+    workflows nested in it, nested workflows (`inner`: eval_inner_workflows rows, one per reply of
+    the conductor seat), the share of workflows that recursed (some reply was a workflow with
+    steps), replies that passed the answer through (three empty lists) or did not parse, the
+    deepest level reached, and the accuracy of workflows that recursed and of those that did not."""
+    rows = []
+    for arm in arms:
+        top = workflows.filter((pl.col("arm") == arm) & ~pl.col("infra_failure"))
+        nested = inner.filter(pl.col("root_workflow_id").is_in(top["workflow_id"].to_list()))
+        per_root = nested.group_by("root_workflow_id").agg(
+            pl.col("n_steps").sum().alias("inner_steps"), (pl.col("n_steps") > 0).any().alias("recursed")
+        )
+        joined = top.join(per_root, left_on="workflow_id", right_on="root_workflow_id", how="left").with_columns(
+            pl.col("inner_steps").fill_null(0), pl.col("recursed").fill_null(False)
+        )
+        recursed, flat = joined.filter(pl.col("recursed")), joined.filter(~pl.col("recursed"))
+        rows.append({
+            "arm": arm,
+            "workflows": top.height,
+            "steps_top_level": _mean_or_none(joined["n_steps"]),
+            "steps_with_inner": _mean_or_none(joined["n_steps"] + joined["inner_steps"]),
+            "inner_workflows": nested.height,
+            "share_recursed": recursed.height / top.height if top.height else None,
+            "pass_throughs": nested.filter((pl.col("parse_code") == "ok") & (pl.col("n_steps") == 0)).height,
+            "inner_unparsed": nested.filter(pl.col("parse_code") != "ok").height,
+            "max_depth": int(nested["depth"].max()) if nested.height else 0,
+            "accuracy_recursed": _mean_or_none(recursed["correct"].cast(pl.Float64)),
+            "n_recursed": recursed.height,
+            "accuracy_not_recursed": _mean_or_none(flat["correct"].cast(pl.Float64)),
+            "n_not_recursed": flat.height,
+        })
+    return pl.DataFrame(rows)
+
+
+def _mean_or_none(values: pl.Series) -> float | None:
+    mean = values.drop_nulls().mean()
+    return None if mean is None else float(mean)

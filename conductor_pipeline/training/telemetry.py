@@ -25,7 +25,7 @@ from typing import Any
 import polars as pl
 
 from conductor_pipeline.records import RolloutTag, stable_id
-from conductor_pipeline.warehouse import Warehouse, load_sql
+from conductor_pipeline.warehouse import Warehouse
 
 # Phases of the rollouts a training chain samples (workflows.phase).
 PARSE_CHECK_BEFORE = "parse_check_before"
@@ -99,16 +99,7 @@ def rollout_workflow_id(run_id: str, tag: RolloutTag, question_id: str) -> str:
 def forget_rollouts_after(store: Warehouse, run_id: str, step: int) -> None:
     """Delete a run's rollout rows (workflows and their calls) of steps after `step`: a resumed run
     samples those steps again, and the stable keys would otherwise keep the lost trajectory's rows."""
-    params = {"run_id": run_id, "step": step}
-    with store.connect() as con:
-        con.begin()
-        try:
-            con.execute(load_sql("delete_rollout_calls_after"), params)
-            con.execute(load_sql("delete_rollouts_after"), params)
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
+    store.execute_files(["delete_rollout_calls_after", "delete_rollouts_after"], {"run_id": run_id, "step": step})
 
 
 def rollout_outcome_counts(store: Warehouse, run_id: str) -> dict[int, dict[str, int]]:

@@ -41,17 +41,18 @@ from tests.shared_data import require_shared_data
 SLICE = 30
 CALIBRATION_QUESTIONS = 40
 POOL = "replay-mixed6"
+RECURSIVE_POOL = "replay-mixed6-recursive"  # the same six replay seats and the conductor itself
 
 
-@pytest.fixture
-def warehouse_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+def probed_warehouse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pool_name: str) -> Path:
+    """A warehouse with level-5 MATH questions and the pool's train-split calibration probes."""
     require_shared_data(monkeypatch, tmp_path / "cache", "zeroeval_outputs", "math_full")
     path = tmp_path / "warehouse.duckdb"
     store = Warehouse(path)
     level5 = [q for q in load_math_full() if q.split == "test" and q.level == 5]
     store.insert("questions", level5)
-    pool = load_pool(POOL)
-    workers = build_workers(pool)
+    pool = load_pool(pool_name)
+    workers = build_workers(pool, [s.name for s in pool.workers if not s.is_conductor])
     covered = set.intersection(*(set(w.question_ids) for w in workers.values()))
     calibration = [q for q in level5 if q.question_id in covered and split_of(q.question_id) == "train"]
     asyncio.run(
@@ -61,6 +62,11 @@ def warehouse_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         )
     )
     return path
+
+
+@pytest.fixture
+def warehouse_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    return probed_warehouse(monkeypatch, tmp_path, POOL)
 
 
 def materialize(path: Path, tiny: Path, selection: list) -> dg.ExecuteInProcessResult:
@@ -175,6 +181,38 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     w_leak = dataclasses.replace(summary, extra={**summary.extra, "world_model_training_question_ids": (leaked,)})
     verdict = eval_slice_has_no_leak(context, eval_arms=w_leak, warehouse=WarehouseResource(database=str(warehouse_path)))
     assert verdict.passed is False and verdict.metadata["world_model_questions_on_eval_split"].value == 1
+
+
+def test_a_pool_that_seats_the_conductor_gives_a_recursive_arm_and_its_recursion_table(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = probed_warehouse(monkeypatch, tmp_path, RECURSIVE_POOL)
+    tiny = build_tiny_causal_lm(tmp_path / "tiny")
+    lean = {"slice_size": 10, "world_model_router": False, "w_cascade": False, "vote_arms": False}
+
+    def run(conductor: ConductorPolicyResource, **config: object) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            EVALUATION_ASSETS,
+            resources={
+                "warehouse": WarehouseResource(database=str(path)), "pool": PoolResource(pool=RECURSIVE_POOL),
+                "conductor": conductor,
+            },
+            run_config={"ops": {"eval_arms": {"config": {**lean, **config}}}},
+        )
+
+    result = run(ConductorPolicyResource(model_path=str(tiny), max_new_tokens=24, n_examples=1))
+    assert result.success
+    arms = metadata(result, "eval_arms")["arms"]
+    assert arms[-1] == "conductor:hf:tiny+recursive" and not any(a.startswith("solo:conductor") for a in arms)
+    tables = metadata(result, "eval_tables")
+    # Random weights write no workflow, so nothing recursed: the table says so rather than vanishing.
+    assert "| conductor:hf:tiny+recursive |" in tables["recursion"]
+    assert "share_recursed" in tables["recursion"] and "accuracy_not_recursed" in tables["recursion"]
+
+    # The untrained default conductor (no checkpoint) is left out unless asked for.
+    lean_run = run(ConductorPolicyResource())
+    assert not any(a.startswith("conductor:") for a in metadata(lean_run, "eval_arms")["arms"])
+    assert "recursion" not in metadata(lean_run, "eval_tables")
 
 
 def test_training_questions_include_the_latest_contested_set_and_logged_rollouts(tmp_path: Path) -> None:

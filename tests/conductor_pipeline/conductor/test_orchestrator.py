@@ -132,8 +132,26 @@ def test_recursion_passes_the_answer_through_on_three_empty_lists(tmp_path):
     assert record.final_answer == "42" and record.correct is True and record.workers == ["a", "self"]
     kinds = warehouse.query("SELECT kind, count(*) FROM calls GROUP BY kind ORDER BY kind").rows()
     assert kinds == [("conductor", 1), ("step", 2)]
-    # Every call of the workflow, nested ones included, carries the top-level workflow id.
-    assert warehouse.query("SELECT DISTINCT workflow_id FROM calls").item() == record.workflow_id
+    # The inner conductor's reply is a workflow row of its own, linked to the calling step and the
+    # top-level workflow; its call carries its id, the top-level steps carry the top-level id.
+    inner = warehouse.query(
+        "SELECT workflow_id, parent_workflow_id, parent_step, depth, root_workflow_id, n_steps, final_answer, correct "
+        "FROM workflows WHERE parent_workflow_id IS NOT NULL"
+    ).rows()
+    assert len(inner) == 1
+    inner_id = inner[0][0]
+    assert inner[0][1:] == (record.workflow_id, 1, 1, record.workflow_id, 0, "42", True)
+    by_workflow = warehouse.query(
+        "SELECT kind, workflow_id, cost_usd FROM calls ORDER BY kind, step NULLS FIRST"
+    ).rows()
+    assert [(kind, wid) for kind, wid, _ in by_workflow] == [
+        ("conductor", inner_id), ("step", record.workflow_id), ("step", record.workflow_id)
+    ]
+    assert by_workflow[-1][2] is None  # the conductor step's cost is carried by its inner calls
+    roots = warehouse.query(
+        "SELECT DISTINCT coalesce(w.root_workflow_id, c.workflow_id) FROM calls c JOIN workflows w USING (workflow_id)"
+    ).rows()
+    assert roots == [(record.workflow_id,)]
 
 
 def test_recursion_executes_a_new_workflow_whose_answer_becomes_the_steps_answer():

@@ -167,3 +167,48 @@ def test_endpoint_policy_requires_its_key_variable(monkeypatch):
     monkeypatch.delenv("MISSING_CONDUCTOR_KEY", raising=False)
     with pytest.raises(PolicyError, match="MISSING_CONDUCTOR_KEY"):
         OpenAIEndpointPolicy("http://127.0.0.1:1/v1", "m", api_key_env="MISSING_CONDUCTOR_KEY")
+
+
+# Prompts of different lengths, so a batch pads some of them on the left.
+BATCH_PROMPTS = [
+    [{"role": "user", "content": text}]
+    for text in (
+        "Route this question: what is 2 + 2?",
+        "Route: 7 x 6?",
+        "Route this longer question, which pads the others: how many primes are there below one hundred?",
+        "Route this one too: what is the derivative of x squared?",
+    )
+]
+
+
+def test_batched_greedy_generation_equals_one_prompt_at_a_time(tiny_policy):
+    alone = [
+        asyncio.run(tiny_policy.propose(p, n=1, temperature=0.0, max_new_tokens=12, seed=None))[0] for p in BATCH_PROMPTS
+    ]
+    batched = asyncio.run(
+        tiny_policy.propose_batch(BATCH_PROMPTS, temperature=0.0, max_new_tokens=12, seeds=[0, 1, 2, 3])
+    )
+    assert [o.text for o in batched] == [o.text for o in alone]
+    assert [o.prompt_tokens for o in batched] == [o.prompt_tokens for o in alone]
+    assert [o.completion_tokens for o in batched] == [o.completion_tokens for o in alone]
+
+
+def test_batched_sampling_is_reproducible_and_independent_of_the_batch(tiny_policy):
+    def sample(prompts, seeds, max_batch_tokens=32_768):
+        outputs = asyncio.run(
+            tiny_policy.propose_batch(
+                prompts, temperature=1.0, max_new_tokens=12, seeds=seeds, max_batch_tokens=max_batch_tokens
+            )
+        )
+        return [o.text for o in outputs]
+
+    seeds = [11, 12, 13, 14]
+    first = sample(BATCH_PROMPTS, seeds)
+    assert sample(BATCH_PROMPTS, seeds) == first
+    # One prompt per forward pass (a tiny token budget) draws the same texts as one batch.
+    assert sample(BATCH_PROMPTS, seeds, max_batch_tokens=1) == first
+    # A prompt's text depends on its own seed, not on which prompts share its batch.
+    assert sample(BATCH_PROMPTS[2:3], seeds[2:3]) == first[2:3]
+    assert sample(BATCH_PROMPTS, [21, 22, 23, 24]) != first
+    with pytest.raises(ValueError, match="4 prompts but 3 seeds"):
+        sample(BATCH_PROMPTS, seeds[:3])

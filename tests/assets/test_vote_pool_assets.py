@@ -123,7 +123,10 @@ def test_eval_tables_publish_each_conductor_arms_fan_out_share(warehouse_path: P
         store, pool, build_workers(pool), train_questions(store), samples=1, temperature=0.2, run_id="probe",
         governor_factory=lambda: Governor.from_pool(pool), log=lambda line: None, only_recorded=True,
     )
-    config = {"slice_size": 4, "use_trained_checkpoint": False, "world_model_router": False, "vote_arms": False}
+    config = {
+        "slice_size": 4, "use_trained_checkpoint": False, "world_model_router": False, "vote_arms": False,
+        "include_untrained": True,
+    }
     result = dg.materialize(
         [eval_arms, eval_tables],
         resources=resources(warehouse_path) | {"conductor": ConductorPolicyResource(device="cpu")},

@@ -9,7 +9,8 @@ are skipped, with the reason. A second run with nothing changed recomputes nothi
 A failed blocking check (a gate) is reported, not hidden: downstream training then does not run,
 in this run or in later ones, until what the check judged changes.
 `--pool` picks the pool (default $CORYPHAEUS_POOL, else the embedded replay pool); `--force`
-recomputes every asset of the selected jobs.
+recomputes every asset of the selected jobs. The process is made reproducible first (seeded global
+RNGs, a fixed torch thread count, `--torch-threads`), so two fresh runs print the same figures.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import run_tags
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
 from resources.pool import default_pool_name
 
 # The headlines a pool run must answer, in reading order: (asset, metadata entries to print).
@@ -239,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", default=default_pool_name(), help="Pool name under data/pools/ or a pool file")
     parser.add_argument("--only", choices=[job.name for job in MAIN_JOBS], action="append")
     parser.add_argument("--force", action="store_true", help="Recompute every asset, stale or not")
+    parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
+                        help="torch's intra-op threads; the same count on two runs gives the same figures")
     args = parser.parse_args(argv)
+    make_reproducible(torch_threads=args.torch_threads)
 
     defs = definitions_for(args.pool)
     instance = dg.DagsterInstance.get()

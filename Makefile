@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
-# The installer: uv installs the lock in seconds (pip took a minute to resolve and unpack the same set).
+# The installer: uv installs the lock as it stands, without resolving, in parallel from its cache.
 UV_VERSION := 0.13.8
 # uv does not read pip's configuration: pass this machine's wheel folder and local package indexes
 # where they exist. The CPU build of torch that the lock pins (torch==2.13.0+cpu) is in /opt/wheels.

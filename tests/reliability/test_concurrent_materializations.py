@@ -51,6 +51,9 @@ def wait_for_probe_rows(store: Warehouse, probe: subprocess.Popen[bytes]) -> Non
         time.sleep(0.2)
 
 
+# Slow (two CLI runs and a ~40 s probe): writers queueing on the warehouse's file lock are also covered
+# by tests/assets/test_parallel_writers.py and tests/conductor_pipeline/test_warehouse.py.
+@pytest.mark.slow
 def test_questions_and_probe_calls_materialize_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train")
     warehouse_path = tmp_path / "warehouse.duckdb"

@@ -66,9 +66,12 @@ bench-default-run: setup
 	$(PY) benchmarks/default_run_benchmark.py --baseline $(BASELINE) --current HEAD
 
 ## Re-resolve requirements.lock after a change to the dependencies in pyproject.toml; commit both.
+## It resolves from scratch (newest versions pyproject.toml allows): compiling onto the old lock
+## in place let its pins steer the resolver to an older release of one package.
 lock: | $(UV)
 	$(UV) pip compile --quiet pyproject.toml --extra dev $(LOCK_TARGET) $(UV_SOURCES) --generate-hashes \
-		--custom-compile-command "make lock" -o requirements.lock
+		--custom-compile-command "make lock" -o requirements.lock.new
+	mv requirements.lock.new requirements.lock
 
 clean:
 	rm -rf artifacts .dagster_home

@@ -2,28 +2,51 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+# The installer: uv installs the lock as it stands, without resolving, in parallel from its cache.
+UV_VERSION := 0.13.8
+# uv does not read pip's configuration: pass this machine's wheel folder and local package indexes
+# where they exist. The CPU build of torch that the lock pins (torch==2.13.0+cpu) is in /opt/wheels.
+# Elsewhere the same wheel comes from the PyTorch CPU index.
+UV_SOURCES := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu) \
+	$(foreach index,/opt/pypi/simple /opt/pypi-more/simple,$(if $(wildcard $(index)),--extra-index-url file://$(index))) \
+	--index-strategy unsafe-best-match
+# The lock is resolved for the machines the project runs on (CPython 3.11 on x86_64 Linux).
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 # Runs land in the project's own Dagster instance, so `make ui` shows them afterwards.
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: setup run test test-slow ui bench clean
+.PHONY: setup run run-all test test-slow ui bench bench-default-run lock clean
 
-$(VENV)/.installed: pyproject.toml
+$(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+
+# The environment is exactly requirements.lock (hash-checked; anything else is removed), plus this
+# project installed editable.
+$(VENV)/.installed: requirements.lock pyproject.toml | $(UV)
+	$(UV) pip sync --quiet --python $(PY) --require-hashes $(UV_SOURCES) requirements.lock
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
 	touch $@
 
 setup: $(VENV)/.installed
 	mkdir -p $(DAGSTER_HOME)
 	test -f $(DAGSTER_HOME)/dagster.yaml || cp data/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
-## Materialize the whole asset graph on the embedded default pool, headless, and print the headline tables.
+## Materialize what is missing or stale in the asset graph on the embedded default pool, headless,
+## and print the headline tables. A second run with nothing changed recomputes nothing.
 run: setup
 	$(PY) -m assets.main
 
-## The test suite (offline; reads ../shared/data).
+## Recompute every asset, stale or not.
+run-all: setup
+	$(PY) -m assets.main --force
+
+## The test suite (offline; reads ../shared/data), on TEST_WORKERS processes (pytest-xdist; every test
+## has its own tmp folder, artifacts root and Dagster instance, so they do not share files).
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 ## Long soak / kill / browser tests, kept out of the default CI run.
 test-slow: setup
@@ -33,8 +56,22 @@ test-slow: setup
 ui: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
+## The benchmarks, except the default-run one, which clones and installs the project twice (`make bench-default-run`).
 bench: setup
-	for b in benchmarks/*_benchmark.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	for b in $(filter-out benchmarks/default_run_benchmark.py,$(wildcard benchmarks/*_benchmark.py)); do echo "== $$b"; $(PY) $$b || exit 1; done
+
+## Install, `make run` twice and `make test` from fresh clones of BASELINE and of HEAD, side by side.
+BASELINE ?= 928a1c3
+bench-default-run: setup
+	$(PY) benchmarks/default_run_benchmark.py --baseline $(BASELINE) --current HEAD
+
+## Re-resolve requirements.lock after a change to the dependencies in pyproject.toml; commit both.
+## It resolves from scratch (newest versions pyproject.toml allows): compiling onto the old lock
+## in place let its pins steer the resolver to an older release of one package.
+lock: | $(UV)
+	$(UV) pip compile --quiet pyproject.toml --extra dev $(LOCK_TARGET) $(UV_SOURCES) --generate-hashes \
+		--custom-compile-command "make lock" -o requirements.lock.new
+	mv requirements.lock.new requirements.lock
 
 clean:
 	rm -rf artifacts .dagster_home

@@ -13,6 +13,7 @@ import dagster as dg
 
 from assets import corpora, evaluation, pool_search, probing, training, world_model
 from assets.deployment import profile_from_env, run_tags, with_job_tags
+from assets.versions import with_code_versions
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
@@ -48,23 +49,28 @@ MAIN_JOBS = [corpora_job, probe_job, analysis_job, eval_job]
 def build_definitions(pool: str) -> dg.Definitions:
     """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile.
     The main and training jobs' runs carry the pool, the code's commit and the profile as tags (the
-    re-probe job is left as the schedule that targets it declares it)."""
+    re-probe job is left as the schedule that targets it declares it). Every asset carries its code
+    version (assets/versions.py), so Dagster tells which are stale."""
     pool_probing = probing.pool_probing_definitions(pool)
     # Serves the pool's `vllm` seats for the steps that call them; configurable per run (`resources.vllm`).
     vllm = VllmLauncherResource.configure_at_launch()
+    resources = {
+        "warehouse": WarehouseResource(),
+        "vllm": vllm,
+        "pool": PoolResource(pool=pool, vllm=vllm),
+        "conductor": ConductorPolicyResource(),
+        "trainer": TrainerResource(),
+        # Outputs passed between assets (eval_arms -> eval_tables) are kept under $DAGSTER_HOME, not in
+        # memory, so a stale eval_tables can be recomputed alone from a fresh eval_arms.
+        "io_manager": dg.FilesystemIOManager(),
+    }
     return dg.Definitions(
-        assets=[pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)],
+        assets=with_code_versions([pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)], resources),
         asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
         jobs=[*with_job_tags([*MAIN_JOBS, *training.TRAINING_JOBS], run_tags(pool)), *probing.PROBING_JOBS],
         schedules=[pool_probing.reprobe_schedule],
         sensors=probing.PROBING_SENSORS,
-        resources={
-            "warehouse": WarehouseResource(),
-            "vllm": vllm,
-            "pool": PoolResource(pool=pool, vllm=vllm),
-            "conductor": ConductorPolicyResource(),
-            "trainer": TrainerResource(),
-        },
+        resources=resources,
     )
 
 

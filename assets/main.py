@@ -1,9 +1,16 @@
-"""`make run`: materialize the whole asset graph on one worker pool, headless.
+"""`make run`: materialize what is missing or stale in the asset graph on one worker pool, headless.
 
 Runs the four main jobs in order in this project's Dagster instance ($DAGSTER_HOME), so every
 run shows up in the UI afterwards, then prints the headline tables each asset published.
-A failed blocking check (a gate) is reported, not hidden: downstream training then does not run.
-`--pool` picks the pool (default $CORYPHAEUS_POOL, else the embedded replay pool).
+Before each job it asks Dagster which of the job's assets are missing or stale (the status the
+UI shows: a new code version, or an input with a new data version; assets/versions.py says what
+a code version covers) and runs only those and what depends on them within the job; the rest
+are skipped, with the reason. A second run with nothing changed recomputes nothing.
+A failed blocking check (a gate) is reported, not hidden: downstream training then does not run,
+in this run or in later ones, until what the check judged changes.
+`--pool` picks the pool (default $CORYPHAEUS_POOL, else the embedded replay pool); `--force`
+recomputes every asset of the selected jobs. The process is made reproducible first (seeded global
+RNGs, a fixed torch thread count, `--torch-threads`), so two fresh runs print the same figures.
 """
 
 from __future__ import annotations
@@ -12,13 +19,21 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
+from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleCause, StaleStatus
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._time import get_current_datetime
 
 from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import run_tags
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
 from resources.pool import default_pool_name
 
 # The headlines a pool run must answer, in reading order: (asset, metadata entries to print).
@@ -36,55 +51,224 @@ HEADLINES: list[tuple[str, list[str]]] = [
     ("eval_tables",
      ["conductor_vs_best_single", "verdicts", "arm_table", "cost_story", "routing_value", "decomposition"]),
 ]
+# INFO, not DEBUG: progress lines and failures, without every engine event.
+CONSOLE_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pool", default=default_pool_name(), help="Pool name under data/pools/ or a pool file")
-    parser.add_argument("--only", choices=[job.name for job in MAIN_JOBS], action="append")
-    args = parser.parse_args(argv)
+@dataclass
+class JobPlan:
+    """What one job will do: the assets it runs and why, and those it skips and why."""
 
-    defs = definitions_for(args.pool)
-    instance = dg.DagsterInstance.get()
+    job: str
+    run: dict[str, str] = field(default_factory=dict)
+    fresh: list[str] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MainRunReport:
+    """What a main run did: per job its plan, and the steps that failed or were gated."""
+
+    plans: list[JobPlan] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    gated: list[str] = field(default_factory=list)
+
+    @property
+    def materialized(self) -> list[str]:
+        return [asset for plan in self.plans for asset in plan.run]
+
+
+def stale_status_resolver(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStaleStatusResolver:
+    """Dagster's resolver of MISSING / STALE / FRESH, the one the UI asks, over these definitions."""
+    asset_graph = defs.resolve_asset_graph()
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=asset_graph,
+    )
+    return CachingStaleStatusResolver(instance=instance, asset_graph=asset_graph, loading_context=view)
+
+
+def describe_causes(causes: Sequence[StaleCause]) -> str:
+    """`has a new code version`, `has a new dependency data version (probe_calls[gpt-4o])`, ..."""
+    texts = []
+    for cause in causes:
+        dependency = cause.dependency
+        where = ""
+        if dependency is not None:
+            partition = f"[{dependency.partition_key}]" if dependency.partition_key else ""
+            where = f" ({dependency.asset_key.to_user_string()}{partition})"
+        texts.append(f"{cause.reason}{where}")
+    return "; ".join(dict.fromkeys(texts))
+
+
+def _own_status(resolver: CachingStaleStatusResolver, assets_def: dg.AssetsDefinition, key: dg.AssetKey) -> str | None:
+    """Why the asset must run by its own status (missing, or stale and the causes), or None when fresh."""
+    partitions = assets_def.partitions_def
+    keys = partitions.get_partition_keys() if partitions is not None else [None]
+    missing = [p for p in keys if resolver.get_status(key, p) == StaleStatus.MISSING]
+    if missing:
+        return "never materialized" if missing == keys else f"partitions never materialized: {', '.join(missing)}"
+    stale = [p for p in keys if resolver.get_status(key, p) == StaleStatus.STALE]
+    if not stale:
+        return None
+    causes = [cause for p in stale for cause in resolver.get_stale_causes(key, p)]
+    return f"stale: {describe_causes(causes)}"
+
+
+def failed_blocking_check(
+    defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.AssetKey
+) -> str | None:
+    """The blocking check on `key` that failed on its latest materialization, if one did."""
+    asset_graph = defs.resolve_asset_graph()
+    blocking = [k for k in asset_graph.get_check_keys_for_assets({key}) if asset_graph.get_check_spec(k).blocking]
+    if not blocking:
+        return None
+    latest = instance.get_latest_materialization_event(key)
+    if latest is None:
+        return None
+    executions = instance.event_log_storage.get_latest_asset_check_execution_by_key(blocking)
+    for check_key, execution in sorted(executions.items(), key=lambda item: item[0].name):
+        if execution.status == AssetCheckExecutionRecordStatus.FAILED and execution.run_id == latest.run_id:
+            return check_key.name
+    return None
+
+
+def plan_job(
+    defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str, *, force: bool = False
+) -> JobPlan:
+    """Which of the job's assets run: those missing or stale, and within the job everything
+    downstream of them (their inputs get new data versions when they run). An asset whose input in
+    the job failed a blocking check on its latest materialization is held, as the run would hold it."""
+    asset_graph = defs.resolve_asset_graph()
+    job = next(job for job in MAIN_JOBS if job.name == job_name)
+    selected = job.selection.resolve(asset_graph)
+    resolver = stale_status_resolver(defs, instance)
+    plan = JobPlan(job_name)
+    for key in (k for k in asset_graph.toposorted_asset_keys if k in selected):
+        name = key.to_user_string()
+        parents = [parent for parent in asset_graph.get(key).parent_keys if parent in selected]
+        upstream = [p.to_user_string() for p in parents if p.to_user_string() in plan.run]
+        reason = (
+            "--force" if force
+            else _own_status(resolver, defs.get_assets_def(key), key)
+            or (f"upstream {', '.join(upstream)} is recomputed" if upstream else None)
+        )
+        if reason is None:
+            plan.fresh.append(name)
+            continue
+        waiting = [p.to_user_string() for p in parents if p.to_user_string() in plan.held]
+        gate = None if force else next(
+            ((p, check) for p in parents if p.to_user_string() not in plan.run
+             for check in [failed_blocking_check(defs, instance, p)] if check),
+            None,
+        )
+        if waiting:
+            plan.held[name] = f"waits for {', '.join(waiting)}"
+        elif gate is not None:
+            plan.held[name] = f"blocking check {gate[1]} on {gate[0].to_user_string()} failed"
+        else:
+            plan.run[name] = reason
+    return plan
+
+
+def warehouse_is_missing(defs: dg.Definitions) -> Path | None:
+    """The warehouse file when the definitions' warehouse does not exist: the instance may remember
+    fresh assets whose rows are gone (a deleted artifacts folder), so everything is recomputed."""
+    warehouse = defs.resources.get("warehouse")
+    path = Path(str(getattr(warehouse, "database", "")))
+    return path if warehouse is not None and not path.exists() else None
+
+
+def run_main_jobs(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    *,
+    jobs: Sequence[str] | None = None,
+    force: bool = False,
+    run_config: Callable[[dg.JobDefinition, Sequence[str]], Mapping] | None = None,
+    tags: Mapping[str, str] | None = None,
+    out: Callable[[str], object] = print,
+) -> MainRunReport:
+    """Run the main jobs (or `jobs`) in order, each on what it has missing or stale (everything with
+    `force`). `run_config(job, assets)` gives a run's config (default: console logging at INFO)."""
+    report = MainRunReport()
     all_partitions = all_probe_partitions_tags(defs.get_assets_def(PROBE_CALLS).partitions_def)
-    tags = run_tags(args.pool)  # pool, commit, profile: two runs of `make run` stay apart in the UI
-    failed: list[str] = []
-    gated: list[str] = []
     for job in MAIN_JOBS:
-        if args.only and job.name not in args.only:
+        if jobs and job.name not in jobs:
+            continue
+        plan = plan_job(defs, instance, job.name, force=force)
+        report.plans.append(plan)
+        for name, why in plan.held.items():
+            out(f"   held {name}: {why}")
+        if not plan.run:
+            out(f"== {job.name}: nothing to do ({len(plan.fresh)} fresh: {', '.join(plan.fresh)})")
             continue
         started = time.monotonic()
-        print(f"== {job.name} ...", flush=True)
-        result = defs.resolve_job_def(job.name).execute_in_process(
+        skipped = f"; {len(plan.fresh)} fresh, skipped: {', '.join(plan.fresh)}" if plan.fresh else ""
+        out(f"== {job.name}: {len(plan.run)} to materialize{skipped}")
+        for name, why in plan.run.items():
+            out(f"   {name}: {why}")
+        job_def = defs.resolve_job_def(job.name)
+        result = job_def.execute_in_process(
             instance=instance,
-            # INFO, not DEBUG: progress lines and failures, without every engine event
-            run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-            tags={**tags, **(all_partitions if job.name == "probe_job" else {})},
+            run_config=run_config(job_def, list(plan.run)) if run_config else CONSOLE_INFO,
+            asset_selection=[dg.AssetKey.from_user_string(name) for name in plan.run],
+            tags={**(tags or {}), **(all_partitions if PROBE_CALLS in plan.run else {})},
             raise_on_error=False,
         )
         checks = [
             f"{e.check_name}={'passed' if e.passed else 'FAILED'}" for e in result.get_asset_check_evaluations()
         ]
         status = "ok" if result.success else "FAILED"
-        print(f"== {job.name}: {status} in {time.monotonic() - started:.0f}s (run {result.run_id}) {' '.join(checks)}")
+        out(f"== {job.name}: {status} in {time.monotonic() - started:.0f}s (run {result.run_id}) {' '.join(checks)}")
         for event in result.all_events:
             if not event.is_step_failure:
                 continue
             error = event.step_failure_data.error
             if is_blocking_check_failure(error):
                 # A gate that says "no" is a result of the run, not a fault of it.
-                gated.append(event.step_key)
-                print(f"   gate closed at {event.step_key}: downstream assets were not materialized")
+                report.gated.append(event.step_key)
+                out(f"   gate closed at {event.step_key}: downstream assets were not materialized")
             else:
-                failed.append(event.step_key)
-                print(f"   step {event.step_key} failed: {error.message.strip()}")
+                report.failed.append(event.step_key)
+                out(f"   step {event.step_key} failed: {error.message.strip()}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pool", default=default_pool_name(), help="Pool name under data/pools/ or a pool file")
+    parser.add_argument("--only", choices=[job.name for job in MAIN_JOBS], action="append")
+    parser.add_argument("--force", action="store_true", help="Recompute every asset, stale or not")
+    parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
+                        help="torch's intra-op threads; the same count on two runs gives the same figures")
+    args = parser.parse_args(argv)
+    make_reproducible(torch_threads=args.torch_threads)
+
+    defs = definitions_for(args.pool)
+    instance = dg.DagsterInstance.get()
+    force = args.force
+    missing = warehouse_is_missing(defs)
+    if missing is not None and not force:
+        print(f"no warehouse at {missing}: recomputing everything")
+        force = True
+    # pool, commit, profile: two runs of `make run` stay apart in the UI
+    report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=run_tags(args.pool))
     print_headlines(instance)
-    if gated:
-        print(f"\nBlocking checks stopped part of the graph: {', '.join(gated)} (see the check results above)")
-    if failed:
-        print(f"\nFAILED steps: {', '.join(failed)}")
+    fresh = [name for plan in report.plans for name in plan.fresh]
+    held = {name: why for plan in report.plans for name, why in plan.held.items()}
+    if fresh:
+        print(f"\nSkipped {len(fresh)} fresh assets (code, settings and inputs unchanged since their latest "
+              f"materialization; `make run-all` or --force recomputes them): {', '.join(fresh)}")
+    if held:
+        print(f"\nHeld: {'; '.join(f'{name} ({why})' for name, why in held.items())}")
+    if report.gated:
+        print(f"\nBlocking checks stopped part of the graph: {', '.join(report.gated)} (see the check results above)")
+    if report.failed:
+        print(f"\nFAILED steps: {', '.join(report.failed)}")
     print(f"\nRuns are in {os.environ.get('DAGSTER_HOME')}; `make ui` opens them at http://127.0.0.1:3000")
-    return 1 if failed else 0
+    return 1 if report.failed else 0
 
 
 def is_blocking_check_failure(error) -> bool:

@@ -15,6 +15,7 @@ import polars as pl
 from pydantic import Field
 
 from assets.metadata import png_markdown
+from assets.versions import probe_calls_data_version
 from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.grading.regrade import StaleGradesError
 from conductor_pipeline.plots import pass_rate_plot
@@ -143,7 +144,8 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
                 "status_counts": dg.MetadataValue.md(status_count_markdown(summary.per_worker_status)),
                 "calls_per_second": dg.MetadataValue.float(round(summary.rate_per_s, 1)),
                 "elapsed_s": dg.MetadataValue.float(round(summary.elapsed_s, 2)),
-            }
+            },
+            data_version=probe_calls_data_version(store, pool_config.name),
         )
 
     return probe_calls

@@ -9,12 +9,21 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.error import SerializableErrorInfo
 
 from assets.definitions import MAIN_JOBS, build_definitions
-from assets.main import HEADLINES, is_blocking_check_failure, print_headlines
+from assets.main import (
+    HEADLINES,
+    is_blocking_check_failure,
+    plan_job,
+    print_headlines,
+    run_main_jobs,
+    stale_status_resolver,
+)
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from assets.versions import with_code_versions
 from conductor_pipeline.training.gates import evaluate_zero_variance, write_verdict
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from resources.conductor import ConductorPolicyResource
@@ -112,3 +121,67 @@ def test_every_headline_is_an_entry_its_asset_publishes(tmp_path: Path, monkeypa
         assert f"### {asset}\n" in printed.getvalue()
         for entry in entries:
             assert f"\n{entry}:" in printed.getvalue(), (asset, entry)
+
+
+def toy_definitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trainer: TrainerResource) -> dg.Definitions:
+    """The project's definitions, code versions included, with toy resources."""
+    require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train",
+                        "zeroeval_outputs")
+    monkeypatch.setenv("CORYPHAEUS_WAREHOUSE", str(tmp_path / "warehouse" / "warehouse.duckdb"))
+    project = build_definitions(POOL)
+    resources = {**project.resources, "trainer": trainer,
+                 "conductor": ConductorPolicyResource(model_path=trainer.policy_model, max_new_tokens=24, n_examples=1)}
+    return dg.Definitions(
+        assets=with_code_versions(project.assets, resources), asset_checks=project.asset_checks, jobs=project.jobs,
+        resources=resources,
+    )
+
+
+def toy_run_config(job: dg.JobDefinition, assets: list[str], **overrides: dict) -> dict:
+    config = {**OP_CONFIG, **overrides}
+    return {"ops": {op: {"config": config[op]} for op in assets if op in config}}
+
+
+def test_a_rerun_recomputes_nothing_and_a_change_recomputes_exactly_what_depends_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiny = build_tiny_causal_lm(tmp_path / "tiny")
+    trainer = TrainerResource(output_root=str(tmp_path / "training"), policy_model=str(tiny), **TOY_TRAINER)
+    defs = toy_definitions(tmp_path, monkeypatch, trainer)
+    with dg.DagsterInstance.ephemeral() as instance:
+        first = run_main_jobs(defs, instance, run_config=toy_run_config, out=lambda line: None)
+        assert not first.failed
+        assert "conductor_checkpoint" not in first.materialized or first.gated  # the toy policy closes the gate
+
+        lines: list[str] = []
+        second = run_main_jobs(defs, instance, run_config=toy_run_config, out=lines.append)
+        assert second.materialized == [], lines
+        assert {name for plan in second.plans for name in plan.held} <= {"conductor_checkpoint"}
+        assert any("nothing to do" in line for line in lines)
+        resolver = stale_status_resolver(defs, instance)
+        assert resolver.get_status(dg.AssetKey("pass_rates")) == StaleStatus.FRESH  # what the UI shows
+
+        # A changed setting: a trainer knob makes the training assets stale, nothing upstream of them.
+        reseeded = toy_definitions(tmp_path, monkeypatch, trainer.model_copy(update={"seed": 1}))
+        plan = plan_job(reseeded, instance, "analysis_job")
+        assert set(plan.run) == {"warm_start_policy", "grpo_probe_run", "conductor_checkpoint"}
+        assert "pass_rates" in plan.fresh and "world_model" in plan.fresh
+        assert all("code version" in plan.run[name] for name in ("warm_start_policy",))
+        assert plan_job(reseeded, instance, "eval_job").run == {}, "eval waits until what it reads has changed"
+
+        # A new probe sample: pass rates and everything that reads them go stale; the pool search does not.
+        more = toy_run_config(defs.resolve_job_def("probe_job"), [PROBE_CALLS], probe_calls={"max_questions": 70})
+        tags = all_probe_partitions_tags(defs.get_assets_def(PROBE_CALLS).partitions_def)
+        assert defs.resolve_job_def("probe_job").execute_in_process(instance=instance, run_config=more, tags=tags).success
+        assert plan_job(defs, instance, "probe_job").run == {}, "probe_calls itself is as fresh as its new rows"
+        assert stale_status_resolver(defs, instance).get_status(dg.AssetKey("pass_rates")) == StaleStatus.STALE
+        plan = plan_job(defs, instance, "analysis_job")
+        assert "new dependency data version" in plan.run["pass_rates"]
+        assert set(plan.run) >= {"pass_rates", "oracle_ceilings", "contested_set", "world_model", "world_model_report"}
+        assert "pool_search" in plan.fresh
+
+        third = run_main_jobs(defs, instance, run_config=toy_run_config, out=lambda line: None)
+        assert not third.failed
+        assert "pass_rates" in third.materialized and "eval_arms" in third.materialized
+        assert "questions" not in third.materialized and "pool_search" not in third.materialized
+        assert run_main_jobs(defs, instance, run_config=toy_run_config, out=lambda line: None).materialized == []

@@ -49,6 +49,9 @@ def step_pids(home: Path) -> dict[str, int]:
         }
 
 
+# Slow (two CLI runs, one with a process per step): the gate's verdict and training's reads of it
+# under one artifacts root are also covered in-process by tests/assets/test_training_assets.py.
+@pytest.mark.slow
 def test_gate_and_training_read_what_other_processes_wrote_under_the_artifacts_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,8 @@ UV_VERSION := 0.13.8
 UV_SOURCES := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu) \
 	$(foreach index,/opt/pypi/simple /opt/pypi-more/simple,$(if $(wildcard $(index)),--extra-index-url file://$(index))) \
 	--index-strategy unsafe-best-match
+# TLS through the platform's certificate store, as pip does here (a proxy's CA is trusted there).
+export UV_SYSTEM_CERTS := 1
 # The lock is resolved for the machines the project runs on (CPython 3.11 on x86_64 Linux).
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 # Runs land in the project's own Dagster instance, so `make ui` shows them afterwards.

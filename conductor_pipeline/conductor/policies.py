@@ -9,11 +9,12 @@ provider). Model output is untrusted text: policies return it verbatim, the pars
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -172,10 +173,9 @@ class HFLocalPolicy:
             greedy = temperature <= 0.0
             sampling = {} if greedy else {"temperature": temperature, "top_p": 1.0, "top_k": 0}
             started = time.perf_counter()
-            # fork_rng: a seeded call must not reseed everyone else's global torch RNG.
-            with torch.random.fork_rng(devices=[]), torch.inference_mode():
-                if seed is not None:
-                    torch.manual_seed(seed)
+            # A seeded call samples from a forked RNG, so it does not reseed anyone else's (an
+            # unseeded one advances the global RNG, so two unseeded calls draw different samples).
+            with _seeded_rng(seed, self.device), torch.inference_mode():
                 sequences = model.generate(
                     **encoded,
                     do_sample=not greedy,
@@ -309,6 +309,22 @@ def _length_chunks(lengths: Sequence[int], max_new_tokens: int, max_batch_tokens
             chunk = []
         chunk.append(index)
     return chunks + [chunk] if chunk else chunks
+
+
+@contextlib.contextmanager
+def _seeded_rng(seed: int | None, device: str) -> Iterator[None]:
+    """torch's global RNG (CPU, and `device` when it is a GPU) seeded with `seed` inside the block
+    and restored after it; nothing at all when `seed` is None."""
+    if seed is None:
+        yield
+        return
+    import torch
+
+    index = torch.device(device).index if device.startswith("cuda") else None
+    devices = [torch.cuda.current_device() if index is None else index] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 def _gumbel_max_sampler(seeds: Sequence[int], temperature: float, device: str) -> Any:

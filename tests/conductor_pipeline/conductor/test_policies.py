@@ -74,6 +74,15 @@ def test_hf_policy_seed_reproduces_and_greedy_repeats(tiny_policy):
     assert sample(7) != sample(8)
     greedy = sample(None, temperature=0.0)
     assert len(greedy) == 3 and len(set(greedy)) == 1
+    import torch
+
+    # Unseeded calls draw from the global RNG and advance it: two of them are two draws, and a
+    # seeded call in between neither repeats nor resets them.
+    torch.manual_seed(0)
+    first = sample(None)
+    seeded = sample(7)
+    second = sample(None)
+    assert first != second and seeded == sample(7)
 
 
 class _FakeChatServer(ThreadingHTTPServer):

@@ -24,7 +24,8 @@ generates the workflows of many questions per forward pass (`HFLocalPolicy.propo
 
 # No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -33,6 +34,7 @@ from pydantic import Field
 from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
+from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
 from conductor_pipeline.evaluation.costs import RoutingPredictions
@@ -48,13 +50,14 @@ from conductor_pipeline.evaluation.slices import (
 )
 from conductor_pipeline.grading.regrade import StaleGradesError, require_current_grades
 from conductor_pipeline.pools.backends.base import RecordedWorker
+from conductor_pipeline.records import stable_id
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.hooks import prompt_predictor
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
-from resources.conductor import ConductorPolicyResource
+from resources.conductor import TRAINED_PROMPT_FIELDS, ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
@@ -142,22 +145,51 @@ def questions_seen_in_training(store: Warehouse, instance: dg.DagsterInstance) -
     return training_question_ids(store, latest_metadata_value(instance, CONTESTED_SET_ASSET, "manifest_path"))
 
 
+@dataclass(frozen=True)
+class TrainedPolicy:
+    """A model a training asset wrote, with the prompt and sampling it was trained under (None
+    for a materialization from before the training assets recorded it)."""
+
+    path: str
+    prompt: Mapping[str, object] | None
+
+
 def _conductor_resources(
-    config: EvalArmsConfig, conductor: ConductorPolicyResource, *trained: str | None
+    config: EvalArmsConfig, conductor: ConductorPolicyResource, trained: Sequence[TrainedPolicy]
 ) -> list[ConductorPolicyResource]:
+    """The conductor resource (unless it is the untrained default), the configured checkpoints
+    (prompted like it) and the trained policies (prompted as they were trained)."""
     chosen = [conductor] if config.use_conductor_resource and (config.include_untrained or not conductor.untrained) else []
-    paths = list(config.conductor_checkpoints)
-    paths += [path for path in dict.fromkeys(trained) if path and path not in paths]
-    return chosen + [conductor.with_checkpoint(path) for path in paths]
+    paths = list(dict.fromkeys(config.conductor_checkpoints))
+    chosen += [conductor.with_checkpoint(path) for path in paths]
+    for policy in trained:
+        if policy.path not in paths:
+            paths.append(policy.path)
+            chosen.append(conductor.with_checkpoint(policy.path, policy.prompt))
+    return chosen
 
 
-def _latest_warm_start(instance: dg.DagsterInstance) -> str | None:
+def _trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: str) -> TrainedPolicy | None:
+    """The model of `asset`'s latest materialization (its `path_field`), while it is on disk."""
+    instance = context.instance
+    path = latest_metadata_value(instance, asset, path_field)
+    if path is None:
+        return None
+    if not Path(str(path)).exists():
+        context.log.warning(f"latest {asset} model {path} is gone; not evaluated")
+        return None
+    prompt = latest_metadata_value(instance, asset, "prompt")
+    if prompt is None:
+        context.log.warning(f"latest {asset} recorded no training prompt; {path} is prompted like the conductor resource")
+    return TrainedPolicy(str(path), prompt if isinstance(prompt, Mapping) else None)
+
+
+def _latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None:
     """The latest warm-started model, when the warm start trained one (not the base policy it
     passes on when disabled) and it is still on disk."""
-    if latest_metadata_value(instance, WARM_START_ASSET, "warm_start") is not True:
+    if latest_metadata_value(context.instance, WARM_START_ASSET, "warm_start") is not True:
         return None
-    path = latest_metadata_value(instance, WARM_START_ASSET, "model_path")
-    return str(path) if path is not None and Path(str(path)).exists() else None
+    return _trained_policy(context, WARM_START_ASSET, "model_path")
 
 
 @dg.asset(
@@ -200,16 +232,15 @@ def eval_arms(
     if any(leaks.values()):
         raise dg.Failure(f"train/eval leak before any arm ran: { {k: v[:5] for k, v in leaks.items() if v} }")
 
-    trained = (
-        latest_metadata_value(context.instance, CHECKPOINT_ASSET, "checkpoint_path")
-        if config.use_trained_checkpoint else None
-    )
-    if trained is not None and not Path(str(trained)).exists():
-        context.log.warning(f"latest conductor_checkpoint {trained} is gone; not evaluated")
-        trained = None
-    warm_started = _latest_warm_start(context.instance) if config.use_warm_start_policy else None
-    conductors = _conductor_resources(config, conductor, warm_started, str(trained) if trained else None)
+    trained = [
+        policy for policy in (
+            _latest_warm_start(context) if config.use_warm_start_policy else None,
+            _trained_policy(context, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None,
+        ) if policy is not None
+    ]
+    conductors = _conductor_resources(config, conductor, trained)
     train_split_w: WorldModel | None = None
+    w_path: Path | None = None
     w_metadata: dict[str, object] = {}
     if config.world_model_router or config.w_cascade or any(c.show_predicted_success for c in conductors):
         train_split_w = fit_train_split_world_model(store, seats, config.world_model.model_settings())
@@ -242,6 +273,11 @@ def eval_arms(
         split_fingerprint=chosen.split_fingerprint, include_question=config.include_question,
         max_depth=config.max_depth, arm_names=arm_names, random_seed=config.random_seed,
         w_router_lambda_cost=config.w_router_lambda_cost,
+        arm_inputs=stable_id(
+            pool_config.model_dump_json(), calibration.worker,
+            sha256_of(w_path) if w_path is not None else None,
+            *(c.fingerprint() for c in conductors),
+        ),
     )
     context.log.info(
         f"eval run {run_id}: {len(questions)} questions (planned {config.slice_size}), {len(arm_names)} arms "
@@ -289,6 +325,13 @@ def eval_arms(
             "best_single_worker": calibration.worker,
             "calibration_questions": len(calibration.calibration_question_ids),
             "calibration_accuracies": dg.MetadataValue.json(calibration.accuracies),
+            "conductor_prompts": dg.MetadataValue.json({
+                c.arm_label: {
+                    "model": c.model_path or c.model, **{f: getattr(c, f) for f in TRAINED_PROMPT_FIELDS},
+                    "max_new_tokens": c.effective_max_new_tokens,
+                }
+                for c in conductors
+            }),
             **w_metadata,
         },
     )

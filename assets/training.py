@@ -117,6 +117,14 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
         )
 
 
+def _prompt_metadata(trainer: TrainerResource, settings: GRPOSettings) -> dict[str, dg.MetadataValue]:
+    """How the policy was prompted and sampled in training: evaluation prompts it the same way."""
+    return {"prompt": dg.MetadataValue.json({
+        "naming": trainer.naming, "n_examples": trainer.n_prompt_examples,
+        "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
+    })}
+
+
 def _device(trainer: TrainerResource) -> str:
     """The device this step trains and samples the policy on (`TrainerResource.training_device`)."""
     try:
@@ -379,6 +387,7 @@ def warm_start_policy(
             "parse_rate_before": dg.MetadataValue.float(before),
             "parse_codes_before": dg.MetadataValue.json(codes_before),
             "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
+            **_prompt_metadata(trainer, settings),
             **_pruning_metadata(training),
         }
         if not trainer.sft_warm_start:
@@ -581,6 +590,7 @@ def conductor_checkpoint(
             "gate": dg.MetadataValue.json(verdict.summary()),
             "settings": dg.MetadataValue.json(settings.describe()),
             "device": dg.MetadataValue.text(device),
+            **_prompt_metadata(trainer, settings),
             **_pruning_metadata(training),
             **_probe_audit_metadata(manifest),
             **_run_metadata(

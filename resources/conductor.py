@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -16,11 +16,12 @@ from conductor_pipeline.conductor.policies import (
     ConductorPolicy,
     HFLocalPolicy,
     OpenAIEndpointPolicy,
+    model_digest,
 )
 from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
 from conductor_pipeline.evaluation.arms import ConductorArm
 from conductor_pipeline.paths import ARTIFACTS_DIR
-from conductor_pipeline.records import Question
+from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
 # Where the tiny offline policy is built when no checkpoint is configured: the CPU profile's
@@ -29,6 +30,8 @@ TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
 # Random weights never write a workflow: longer samples from the tiny default only cost CPU time
 # (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
 TINY_MAX_NEW_TOKENS = 128
+# What a trained policy's prompt and sampling are made of (the training assets' `prompt` metadata).
+TRAINED_PROMPT_FIELDS = ("naming", "n_examples", "max_new_tokens", "temperature")
 
 
 class ConductorPolicyResource(dg.ConfigurableResource):
@@ -71,6 +74,19 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
         return HFLocalPolicy(path, device=self.device, name=self.label or f"hf:{path.name}")
 
+    def fingerprint(self) -> str:
+        """What decides the workflows this policy writes: its weights (a local model) or endpoint and
+        model id, and how it is prompted and sampled. An eval run's id includes it, so a retrained
+        checkpoint at the same path starts a new run instead of reusing the old one's workflows."""
+        if self.kind == "openai_endpoint":
+            model = f"{self.base_url}|{self.model}"
+        else:
+            model = model_digest(self.model_path or build_tiny_causal_lm(TINY_POLICY_DIR))
+        return stable_id(
+            self.kind, model, self.naming, self.n_examples, self.effective_max_new_tokens, self.temperature,
+            self.show_predicted_success,
+        )
+
     @property
     def untrained(self) -> bool:
         """Whether this is the tiny random-weight default (no checkpoint, no endpoint)."""
@@ -98,12 +114,17 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         # The same policy with and without W's numbers in its prompt are two arms.
         return f"{base}+W" if self.show_predicted_success else base
 
-    def with_checkpoint(self, path: str) -> ConductorPolicyResource:
-        """A local checkpoint prompted and sampled like this policy (its own default label)."""
+    def with_checkpoint(self, path: str, trained_prompt: Mapping[str, Any] | None = None) -> ConductorPolicyResource:
+        """A local checkpoint (its own default label) prompted and sampled like this policy, or, given
+        the `trained_prompt` it was trained with (naming, n_examples, max_new_tokens, temperature:
+        the training assets publish it as `prompt` metadata), exactly as in training."""
+        prompt = {
+            "naming": self.naming, "n_examples": self.n_examples, "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature, **(trained_prompt or {}),
+        }
         return ConductorPolicyResource(
-            kind="hf_local", model_path=path, device=self.device, naming=self.naming,
-            n_examples=self.n_examples, temperature=self.temperature,
-            max_new_tokens=self.max_new_tokens, show_predicted_success=self.show_predicted_success,
+            kind="hf_local", model_path=path, device=self.device, show_predicted_success=self.show_predicted_success,
+            **{field: prompt[field] for field in TRAINED_PROMPT_FIELDS},
         )
 
     def build_arm(

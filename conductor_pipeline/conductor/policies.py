@@ -21,7 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.pools.backends.openai_compat import TRANSIENT_HTTP_STATUSES
+from conductor_pipeline.records import stable_id
 
 # Transient endpoint faults (rate limits, overload, restarts) are retried this many times with
 # exponential backoff before the policy gives up; the caller then records an infrastructure failure.
@@ -123,6 +125,19 @@ class PolicyError(RuntimeError):
 
     Callers treat it as an infrastructure failure, never as an unparseable workflow.
     """
+
+
+# The files of a model folder that decide its outputs (weights and architecture), not training state.
+MODEL_FILE_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "config.json")
+
+
+def model_digest(model_dir: str | Path) -> str:
+    """A digest of a local model's weights and config: the same folder retrained digests differently."""
+    model_dir = Path(model_dir)
+    files = sorted({path for pattern in MODEL_FILE_PATTERNS for path in model_dir.glob(pattern) if path.is_file()})
+    if not files:
+        raise FileNotFoundError(f"{model_dir} holds no model weights ({', '.join(MODEL_FILE_PATTERNS)})")
+    return stable_id(*(f"{path.name}={sha256_of(path)}" for path in files))
 
 
 class HFLocalPolicy:

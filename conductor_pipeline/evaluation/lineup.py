@@ -114,13 +114,17 @@ def eval_run_id(
     arm_names: Sequence[str],
     random_seed: int,
     w_router_lambda_cost: float,
+    arm_inputs: str | None = None,
 ) -> str:
     """The run id: a hash of everything that decides which workflows a run records, so a rerun
-    with the same settings resumes the same run and any other setting starts a new one."""
-    return EVAL_RUN_PREFIX + stable_id(
+    with the same settings resumes the same run and any other setting starts a new one.
+    `arm_inputs` fingerprints what the arms are made of beyond their names (the pool's seats,
+    the best single worker, the routing world model, each conductor's weights and prompt)."""
+    parts: list[object] = [
         pool, corpus, list(splits), list(math_levels), slice_size, order, repeats, split_fingerprint,
         include_question, max_depth, list(arm_names), random_seed, w_router_lambda_cost,
-    )
+    ]
+    return EVAL_RUN_PREFIX + stable_id(*parts, *([arm_inputs] if arm_inputs is not None else []))
 
 
 async def run_lineup(

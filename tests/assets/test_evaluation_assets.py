@@ -23,12 +23,14 @@ from assets.evaluation import (
 )
 from assets.metadata import latest_metadata_value
 from conductor_pipeline.corpora.loaders import load_math_full
+from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.evaluation.arms import EvalRunSummary
+from conductor_pipeline.evaluation.lineup import eval_run_id
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.probing.runner import run_probes
-from conductor_pipeline.records import CallRecord
+from conductor_pipeline.records import CallRecord, stable_id
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
@@ -109,8 +111,16 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 1
     new_arms = {"w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W"}
     assert new_arms <= set(arms["arms"])
-    # The run id hashes the settings and the arm names in order: the same config resumes the same run.
-    assert arms["run_id"] == "eval-ded22c189ceced4cafe343fd"
+    # The run id hashes the settings, the arm names in order and what the arms are made of (the
+    # pool's seats, the best single, the routing W's file, the conductor's weights and prompt).
+    conductor = ConductorPolicyResource(model_path=str(tiny), max_new_tokens=24, n_examples=1, show_predicted_success=True)
+    assert arms["run_id"] == eval_run_id(
+        pool=POOL, corpus="math", splits=["test"], math_levels=[5], slice_size=SLICE, order="question_id", repeats=1,
+        split_fingerprint=arms["split_fingerprint"], include_question=True, max_depth=2, arm_names=arms["arms"],
+        random_seed=0, w_router_lambda_cost=0.0,
+        arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", sha256_of(arms["world_model_path"]),
+                             conductor.fingerprint()),
+    )
     store = Warehouse(warehouse_path)
     counts = store.query(
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
@@ -259,3 +269,48 @@ def test_the_routing_summary_reads_the_latest_report_and_ceilings_of_its_own_poo
     assert world_model_routing(instance, "another-pool") is None
     assert probe_ceilings(instance, POOL) is None  # the latest ceilings are another pool's
     assert probe_ceilings(instance, "another-pool") == {"n_questions": 10, "best_single": 0.5, "oracle": 0.9}
+
+
+def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eval_run(
+    warehouse_path: Path, tmp_path: Path
+) -> None:
+    """The latest conductor_checkpoint is prompted and sampled as its `prompt` metadata says (not
+    like the conductor resource), and retraining it in place gives a new eval run id, so the
+    rerun evaluates the new weights instead of reusing the old ones' workflows."""
+    checkpoint = build_tiny_causal_lm(tmp_path / "checkpoint")
+    trained_prompt = {"naming": "names", "n_examples": 0, "max_new_tokens": 12, "temperature": 1.0}
+    lean = {"slice_size": 4, "world_model_router": False, "w_cascade": False, "vote_arms": False}
+
+    def evaluate(instance: dg.DagsterInstance) -> dict:
+        result = dg.materialize(
+            [EVALUATION_ASSETS[0]], instance=instance,
+            resources={
+                "warehouse": WarehouseResource(database=str(warehouse_path)), "pool": PoolResource(pool=POOL),
+                "conductor": ConductorPolicyResource(max_new_tokens=24, n_examples=1),  # the untrained default
+            },
+            run_config={"ops": {"eval_arms": {"config": lean}}},
+        )
+        assert result.success
+        return metadata(result, "eval_arms")
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("conductor_checkpoint", metadata={
+            "checkpoint_path": dg.MetadataValue.path(str(checkpoint)), "prompt": dg.MetadataValue.json(trained_prompt),
+        }))
+        first = evaluate(instance)
+        assert first["arms"][-1] == "conductor:hf:checkpoint"
+        assert first["conductor_prompts"] == {"hf:checkpoint": {"model": str(checkpoint), **trained_prompt}}
+        store = Warehouse(warehouse_path)
+        conductor_calls = store.query(
+            "SELECT c.completion_tokens, c.prompt_tokens FROM calls c JOIN workflows w USING (workflow_id) "
+            "WHERE w.run_id = $r AND c.kind = 'conductor'", {"r": first["run_id"]},
+        )
+        assert conductor_calls.height == 4 and conductor_calls["completion_tokens"].max() <= 12
+
+        assert evaluate(instance)["run_id"] == first["run_id"], "the same weights and prompt resume the same run"
+        build_tiny_causal_lm(tmp_path / "checkpoint", seed=1)  # retrained in place: same path, new weights
+        second = evaluate(instance)
+        assert second["run_id"] != first["run_id"]
+        rerun = store.query("SELECT count(*) AS n FROM workflows WHERE run_id = $r AND arm = 'conductor:hf:checkpoint'",
+                            {"r": second["run_id"]})
+        assert rerun["n"][0] == 4

@@ -239,6 +239,12 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     assert {"learning", "halves"} <= set(second)
     assert {"curves", "curves_path", "gate", "group_size", "checkpoint", "global_step"} <= set(second)
     assert second["global_step"].value == 2 * steps and "resumed from checkpoint-2" in second["checkpoint"].value
+    # How the policy was prompted and sampled in training: evaluation prompts the checkpoint the same way.
+    trainer = _resources(database, tmp_path, tiny_model, sft_warm_start=False)["trainer"]
+    assert second["prompt"].value == {
+        "naming": trainer.naming, "n_examples": trainer.n_prompt_examples, "temperature": 1.0,
+        "max_new_tokens": trainer.grpo_settings().max_completion_length,
+    }
 
 
 def test_gate_is_strict_and_bound_to_the_latest_probe():

@@ -8,6 +8,7 @@ import pytest
 
 import resources.conductor as conductor_module
 from conductor_pipeline.conductor.policies import HFLocalPolicy, OpenAIEndpointPolicy, PolicyError
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from resources.conductor import TINY_MAX_NEW_TOKENS, ConductorPolicyResource
 
 
@@ -36,3 +37,24 @@ def test_tiny_default_is_built_offline_and_capped(monkeypatch, tmp_path):
     assert resource.arm_label == "hf:tiny-conductor" and len(resource.examples()) == 2
     checkpoint = ConductorPolicyResource(model_path=str(tmp_path / "tiny"), max_new_tokens=1024)
     assert checkpoint.effective_max_new_tokens == 1024 and checkpoint.arm_label == "hf:tiny"
+
+
+def test_a_checkpoint_takes_its_training_prompt_and_the_fingerprint_follows_weights_and_prompt(tmp_path):
+    model = build_tiny_causal_lm(tmp_path / "model")
+    resource = ConductorPolicyResource(n_examples=4, max_new_tokens=1024, naming="ordinal", device="cpu")
+    like_resource = resource.with_checkpoint(str(model))
+    assert (like_resource.n_examples, like_resource.max_new_tokens, like_resource.naming) == (4, 1024, "ordinal")
+    trained = resource.with_checkpoint(str(model), {"naming": "names", "n_examples": 0, "max_new_tokens": 80,
+                                                    "temperature": 0.7})
+    assert (trained.n_examples, trained.max_new_tokens, trained.naming, trained.temperature) == (0, 80, "names", 0.7)
+    assert trained.device == "cpu" and trained.arm_label == "hf:model"
+
+    fingerprint = trained.fingerprint()
+    assert trained.model_copy().fingerprint() == fingerprint
+    assert like_resource.fingerprint() != fingerprint  # another prompt
+    build_tiny_causal_lm(tmp_path / "model", seed=1)  # retrained in place
+    assert trained.fingerprint() != fingerprint
+    with pytest.raises(FileNotFoundError, match="no model weights"):
+        ConductorPolicyResource(model_path=str(tmp_path)).fingerprint()
+    endpoint = ConductorPolicyResource(kind="openai_endpoint", base_url="http://127.0.0.1:9/v1", model="a")
+    assert endpoint.fingerprint() != endpoint.model_copy(update={"model": "b"}).fingerprint()

@@ -1,7 +1,7 @@
 """Time the README's commands from fresh clones: a baseline commit and the current one, side by side.
 
 Usage: python benchmarks/default_run_benchmark.py [--baseline 928a1c3] [--current HEAD]
-       [--cold-cache] [--steps install,run,rerun,test] [--workdir DIR] [--keep] [--dry-run]
+       [--cold-cache] [--steps install,run,rerun,test] [--baseline-steps STEPS] [--workdir DIR] [--keep] [--dry-run]
        [--output benchmarks/RESULTS-default-run.md]
 
 For each commit: `git clone` this repository into a temporary folder, check the commit out, then
@@ -16,6 +16,8 @@ It prints the seconds of each step for both commits and the ratio baseline / cur
 current commit is faster), and writes the same table, with the machine and the commits, to
 --output. A step that fails is reported with its exit status and the tail of its output (the full
 output is in the work folder with --keep), and later steps of that commit still run.
+--baseline-steps times only some of the steps on the baseline (its rerun recomputes the whole
+graph: as long as its run); the table shows "-" for the others.
 --cold-cache gives each clone empty pip and uv caches, so the install downloads everything;
 without it the install uses the caches this machine already has (warm after the first commit).
 --dry-run clones and checks out both commits and prints the commands, without running them.
@@ -134,6 +136,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="Commit to compare against")
     parser.add_argument("--current", default="HEAD", help="Commit to measure")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"Comma-separated subset of {', '.join(STEPS)}")
+    parser.add_argument("--baseline-steps", help="Steps timed on the baseline (default: --steps)")
     parser.add_argument("--cold-cache", action="store_true", help="Empty pip and uv caches for each clone")
     parser.add_argument("--workdir", type=Path, help="Where the clones go (default: a new temp folder)")
     parser.add_argument("--keep", action="store_true", help="Keep the clones and step logs afterwards")
@@ -141,7 +144,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="The markdown results file")
     args = parser.parse_args(argv)
     args.steps = [step.strip() for step in args.steps.split(",") if step.strip()]
-    unknown = [step for step in args.steps if step not in STEPS]
+    baseline_steps = args.baseline_steps.split(",") if args.baseline_steps is not None else args.steps
+    args.baseline_steps = [step.strip() for step in baseline_steps if step.strip()]
+    unknown = [step for step in args.steps + args.baseline_steps if step not in STEPS]
     if unknown:
         parser.error(f"unknown steps {unknown}; choose from {list(STEPS)}")
     return args
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             commits[label] = clone_at(commit, clone)
             env = clone_environment(clone, args.cold_cache)
             print(f"== {label}: {commits[label]} in {clone}", flush=True)
-            for step in args.steps:
+            for step in args.baseline_steps if label == "baseline" else args.steps:
                 if args.dry_run:
                     print(f"   would run: (cd {clone} && {' '.join(STEPS[step])})")
                     continue

@@ -16,6 +16,12 @@ from conductor_pipeline.paths import ARTIFACTS_ENV
 
 RUN_SLOW_ENV = "RUN_SLOW"
 
+# Under pytest-xdist each worker is one process per core: one OpenMP thread each (torch's intra-op
+# pool, LightGBM) instead of a pool per core in every worker, which oversubscribes the cores. Set
+# before torch or LightGBM load, and inherited by the subprocesses tests start.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(autouse=True)
 def artifacts_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

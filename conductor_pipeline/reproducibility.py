@@ -20,7 +20,8 @@ DEFAULT_TORCH_THREADS = 2
 
 def make_reproducible(seed: int = DEFAULT_SEED, torch_threads: int = DEFAULT_TORCH_THREADS) -> None:
     """Seed Python's, NumPy's and torch's global RNGs, fix torch's intra-op thread count and ask
-    torch for deterministic kernels where it has them (a warning, not an error, where it has none)."""
+    torch for deterministic kernels where it has them (a warning, not an error, where it has none),
+    without filling uninitialized memory."""
     import torch  # imported here: the grading and warehouse layers must not pay for torch
 
     random.seed(seed)
@@ -28,3 +29,7 @@ def make_reproducible(seed: int = DEFAULT_SEED, torch_threads: int = DEFAULT_TOR
     torch.manual_seed(seed)
     torch.set_num_threads(torch_threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # The deterministic mode also fills every new tensor's memory before use, which only matters to
+    # code that reads memory it never wrote; it made the tiny conductor's SFT and GRPO steps about a
+    # third slower on two cores.
+    torch.utils.deterministic.fill_uninitialized_memory = False

@@ -34,7 +34,6 @@ from pydantic import Field
 from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
-from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
 from conductor_pipeline.evaluation.costs import RoutingPredictions
@@ -240,7 +239,6 @@ def eval_arms(
     ]
     conductors = _conductor_resources(config, conductor, trained)
     train_split_w: WorldModel | None = None
-    w_path: Path | None = None
     w_metadata: dict[str, object] = {}
     if config.world_model_router or config.w_cascade or any(c.show_predicted_success for c in conductors):
         train_split_w = fit_train_split_world_model(store, seats, config.world_model.model_settings())
@@ -257,6 +255,10 @@ def eval_arms(
         }
         context.log.info(f"train-split W: {len(w_ids)} questions, {train_split_w.training_summary['rows']} rows")
     predictor = prompt_predictor(train_split_w, pool_config.workers) if train_split_w is not None else None
+    routing_predictions = (
+        RoutingPredictions.from_model(train_split_w, seats, questions, calibration.worker)
+        if train_split_w is not None else None
+    )
     # A pool that seats the conductor makes every conductor arm recursive (and labelled so).
     recursive = any(seat.is_conductor for seat in pool_config.workers)
     lineup = eval_lineup(
@@ -275,7 +277,7 @@ def eval_arms(
         w_router_lambda_cost=config.w_router_lambda_cost,
         arm_inputs=stable_id(
             pool_config.model_dump_json(), calibration.worker,
-            sha256_of(w_path) if w_path is not None else None,
+            routing_predictions.fingerprint() if routing_predictions is not None else None,
             *(c.fingerprint() for c in conductors),
         ),
     )
@@ -306,8 +308,7 @@ def eval_arms(
             "math_levels": tuple(config.math_levels),
             "replayed": len(recorded) == len(workers),
             "single_recording_workers": tuple(sorted(n for n, w in recorded.items() if w.samples_recorded == 1)),
-            "routing_predictions": RoutingPredictions.from_model(train_split_w, seats, questions, calibration.worker)
-            if train_split_w is not None else None,
+            "routing_predictions": routing_predictions,
         },
     )
     return dg.Output(

@@ -9,6 +9,7 @@ W's predictions, with no new call; each gets the paired test against the best si
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,14 @@ class RoutingPredictions:
             prices=tuple(list_price_per_mtok(seat) for seat in seats),
             fallback=fallback,
         )
+
+    def fingerprint(self) -> str:
+        """A digest of what the W-routed arms decide on: the predictions (to 6 decimals), the ladder
+        and the fallback. W refitted on the same rows gives the same digest, where its pickle does not."""
+        digest = hashlib.sha256(repr((self.question_ids, self.workers, self.prices, self.fallback)).encode())
+        for predictions in (self.success, self.cost):
+            digest.update(np.round(np.asarray(predictions, dtype=float), 6).tobytes())
+        return digest.hexdigest()[:24]
 
     def restricted(self, question_ids: Sequence[str]) -> RoutingPredictions:
         row = {qid: i for i, qid in enumerate(self.question_ids)}

@@ -22,9 +22,10 @@ from assets.evaluation import (
     world_model_routing,
 )
 from assets.metadata import latest_metadata_value
+from assets.world_model import WorldModelFitConfig
 from conductor_pipeline.corpora.loaders import load_math_full
-from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.evaluation.arms import EvalRunSummary
+from conductor_pipeline.evaluation.costs import RoutingPredictions
 from conductor_pipeline.evaluation.lineup import eval_run_id
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool
@@ -34,7 +35,7 @@ from conductor_pipeline.records import CallRecord, stable_id
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
@@ -112,15 +113,25 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     new_arms = {"w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W"}
     assert new_arms <= set(arms["arms"])
     # The run id hashes the settings, the arm names in order and what the arms are made of (the
-    # pool's seats, the best single, the routing W's file, the conductor's weights and prompt).
+    # pool's seats, the best single, the routing W's predictions, the conductor's weights and prompt).
     conductor = ConductorPolicyResource(model_path=str(tiny), max_new_tokens=24, n_examples=1, show_predicted_success=True)
+    summary = result.output_for_node("eval_arms")
+    routing = summary.extra["routing_predictions"]
     assert arms["run_id"] == eval_run_id(
         pool=POOL, corpus="math", splits=["test"], math_levels=[5], slice_size=SLICE, order="question_id", repeats=1,
         split_fingerprint=arms["split_fingerprint"], include_question=True, max_depth=2, arm_names=arms["arms"],
         random_seed=0, w_router_lambda_cost=0.0,
-        arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", sha256_of(arms["world_model_path"]),
-                             conductor.fingerprint()),
+        arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", routing.fingerprint(), conductor.fingerprint()),
     )
+    # W refitted on the same rows predicts the same, so a rerun resumes the run; other predictions do not.
+    seats = [s for s in load_pool(POOL).workers if s.name in routing.workers]
+    by_id = {q.question_id: q for q in load_math_full()}
+    refitted = RoutingPredictions.from_model(
+        fit_train_split_world_model(Warehouse(warehouse_path), seats, WorldModelFitConfig(num_threads=1).model_settings()),
+        seats, [by_id[qid] for qid in routing.question_ids], "gpt-4o",
+    )
+    assert refitted.fingerprint() == routing.fingerprint()
+    assert dataclasses.replace(routing, success=routing.success + 0.01).fingerprint() != routing.fingerprint()
     store = Warehouse(warehouse_path)
     counts = store.query(
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
@@ -171,7 +182,6 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert check.metadata["world_model_questions_on_eval_split"].value == 0
 
     # The leak check fails once a training rollout is logged on an eval question.
-    summary = result.output_for_node("eval_arms")
     assert isinstance(summary, EvalRunSummary)
     leaked = summary.slice_ids[0]
     store.insert(

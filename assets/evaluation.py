@@ -49,8 +49,8 @@ from conductor_pipeline.evaluation.slices import (
 )
 from conductor_pipeline.grading.regrade import StaleGradesError, require_current_grades
 from conductor_pipeline.pools.backends.base import RecordedWorker
-from conductor_pipeline.records import stable_id
 from conductor_pipeline.probing.pass_rates import pass_rate_table
+from conductor_pipeline.records import stable_id
 from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse

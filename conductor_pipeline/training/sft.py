@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.training.lm_head import labelled_positions_only
 from conductor_pipeline.training.settings import SFTSettings
 
 # --- SFT warm start ----------------------------------------------------------------------------
@@ -64,7 +65,8 @@ def warm_start_sft(
         processing_class=tokenizer,
         peft_config=settings.peft_config(),
     )
-    trainer.train()
+    with labelled_positions_only():
+        trainer.train()
     if settings.peft_config() is None:
         trainer.save_model(str(output_dir))
     else:  # adapters merged: GRPO, the parse check and evaluation all read a plain model folder

@@ -15,6 +15,10 @@ UV_SOURCES := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,--extra-inde
 export UV_SYSTEM_CERTS := 1
 # The lock is resolved for the machines the project runs on (CPython 3.11 on x86_64 Linux).
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+# Python caches compiled modules in .venv (__pycache__), so only the first process after an install
+# compiles torch, transformers and Dagster; a shell that turns the cache off (PYTHONDONTWRITEBYTECODE)
+# would have every run, test worker and subprocess compile them again.
+unexport PYTHONDONTWRITEBYTECODE
 # Runs land in the project's own Dagster instance, so `make ui` shows them afterwards.
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 

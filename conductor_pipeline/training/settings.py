@@ -291,6 +291,9 @@ class SFTSettings:
     max_length: int | None = field(default=2048, metadata=_help("Token cap on prompt + completion."))
     completion_only_loss: bool = field(default=True, metadata=_help(
         "Train on the workflow text only, not on the prompt (the catalogue and question)."))
+    group_by_length: bool = field(default=True, metadata=_help(
+        "Batch examples of similar length (transformers' LengthGroupedSampler): a catalogue's length varies "
+        "with its sub-pool, and a random batch pads every prompt to its longest."))
     warmup_steps: float = field(default=0.0, metadata=_help(
         "Linear warmup: an int is steps, a float in [0, 1) a share of all steps (transformers 5)."))
     bf16: bool = field(default=True, metadata=_help("bfloat16 mixed precision (GPU); off on CPU."))
@@ -345,6 +348,7 @@ class SFTSettings:
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             max_length=self.max_length,
             completion_only_loss=self.completion_only_loss,
+            train_sampling_strategy="group_by_length" if self.group_by_length else "random",
             warmup_steps=self.warmup_steps,
             lr_scheduler_type="cosine",
             bf16=self.bf16,

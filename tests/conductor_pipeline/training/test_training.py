@@ -147,6 +147,11 @@ def test_cpu_profile_config_and_batch_validation(tmp_path):
         GRPOSettings.cpu_profile(per_device_train_batch_size=3).to_grpo_config(tmp_path)
 
 
+def test_sft_batches_examples_of_similar_length_unless_told_not_to(tmp_path):
+    assert SFTSettings.cpu_profile().to_sft_config(tmp_path).train_sampling_strategy == "group_by_length"
+    assert SFTSettings.cpu_profile(group_by_length=False).to_sft_config(tmp_path).train_sampling_strategy == "random"
+
+
 # --- reward ----------------------------------------------------------------------------------------
 
 

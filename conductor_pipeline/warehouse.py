@@ -181,25 +181,37 @@ class Warehouse:
         Rows whose primary key is already present are skipped (a `calls` row that recorded a
         transient fault is replaced instead); returns how many rows were written.
         """
-        if table not in WRITABLE_TABLES:
-            raise ValueError(f"unknown warehouse table {table!r}; writable: {WRITABLE_TABLES}")
-        batch = _to_arrow(rows)
-        if batch.num_rows == 0:
-            return 0
+        return self.insert_tables({table: rows})[table]
+
+    def insert_tables(self, batches: Mapping[str, Iterable[Any] | pl.DataFrame | pa.Table]) -> dict[str, int]:
+        """`insert` into several tables, in the mapping's order, in one transaction: all of it lands
+        or none does (a workflow's calls with the workflow), and the file is opened, and its changes
+        checkpointed, once. Returns how many rows each table got."""
+        unknown = [table for table in batches if table not in WRITABLE_TABLES]
+        if unknown:
+            raise ValueError(f"unknown warehouse table {unknown[0]!r}; writable: {WRITABLE_TABLES}")
+        arrow = {table: _to_arrow(rows) for table, rows in batches.items()}
+        inserted = dict.fromkeys(batches, 0)
+        if not any(batch.num_rows for batch in arrow.values()):
+            return inserted
         with self._lock:  # reentrant: the replica is copied before another writer gets in
             with self.connect() as con:
-                con.register("batch", batch)
                 con.begin()  # `insert_calls` is a delete plus an insert: all of it lands or none does
                 try:
-                    inserted = con.execute(load_sql(f"insert_{table}")).fetchone()[0]  # the INSERT's row count
+                    for table, batch in arrow.items():
+                        if batch.num_rows == 0:
+                            continue
+                        con.register("batch", batch)
+                        try:
+                            inserted[table] = int(con.execute(load_sql(f"insert_{table}")).fetchone()[0])
+                        finally:
+                            con.unregister("batch")
                     con.commit()
                 except BaseException:
                     con.rollback()
                     raise
-                finally:
-                    con.unregister("batch")
             self._refresh_replica(min_age_s=self.replica_interval_s)
-        return int(inserted)
+        return inserted
 
     def refresh_replica(self) -> bool:
         """Copy the warehouse to its replica if the replica is older than the file; True if copied.

@@ -19,7 +19,15 @@ from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.policies import PolicyOutput
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor
-from conductor_pipeline.records import CallRecord, CallRequest, CallResult, CallStatus, ChatMessage, Question
+from conductor_pipeline.records import (
+    CallRecord,
+    CallRequest,
+    CallResult,
+    CallStatus,
+    ChatMessage,
+    Question,
+    WorkflowRecord,
+)
 from conductor_pipeline.world_model.features import WorldModelSettings
 
 
@@ -42,6 +50,13 @@ def make_call(i: int, *, worker: str = "w", correct: bool | None = True, kind: s
         cost_usd=0.0,
         latency_s=0.1,
         started_at=datetime(2026, 1, 1),
+    )
+
+
+def make_workflow(workflow_id: str) -> WorkflowRecord:
+    return WorkflowRecord(
+        workflow_id=workflow_id, run_id="run", question_id="q1", conductor="c", raw_text="[]", parse_code="ok",
+        n_steps=1, workers=["w"], final_answer="1", correct=True,
     )
 
 

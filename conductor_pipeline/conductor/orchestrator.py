@@ -114,10 +114,11 @@ def add_latency(total: float | None, more: float | None) -> float | None:
 
 
 class RowWriter(Protocol):
-    """Where recorded rows go: a `Warehouse`, or anything with its `insert` (training rollouts are
-    held in a buffer and written between checkpoints, so a step never waits on the warehouse)."""
+    """Where recorded rows go: a `Warehouse`, or anything with its `insert_tables` (training
+    rollouts are held in a buffer and written between checkpoints, so a step never waits on the
+    warehouse)."""
 
-    def insert(self, table: str, rows: Iterable[Any]) -> int: ...
+    def insert_tables(self, batches: Mapping[str, Iterable[Any]]) -> Mapping[str, int]: ...
 
 
 class CompletionScore(NamedTuple):
@@ -583,10 +584,8 @@ class Orchestrator:
 
     def _write(self, calls: list[CallRecord], workflows: list[WorkflowRecord]) -> None:
         assert self.warehouse is not None
-        if calls:
-            self.warehouse.insert("calls", calls)
-        if workflows:
-            self.warehouse.insert("workflows", workflows)
+        # One transaction: a workflow and its calls land together.
+        self.warehouse.insert_tables({"calls": calls, "workflows": workflows})
 
 
 # ---------------------------------------------------------------------- helpers

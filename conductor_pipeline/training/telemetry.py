@@ -41,8 +41,8 @@ _WRITE_ORDER = ("calls", "workflows")
 class RowBuffer:
     """Warehouse rows held in memory and written in a few large batches.
 
-    `insert` has `Warehouse.insert`'s signature, so an orchestrator records through it unchanged;
-    it writes only once `flush_rows` rows are held. `flush` writes everything held (calls before
+    `insert` and `insert_tables` have `Warehouse`'s signatures, so an orchestrator records through
+    it unchanged; it writes only once `flush_rows` rows are held. `flush` writes everything held (calls before
     workflows). Thread-safe: TRL runs the reward, and so the orchestrator, on its own threads.
     """
 
@@ -53,21 +53,25 @@ class RowBuffer:
         self._lock = threading.Lock()
 
     def insert(self, table: str, rows: Iterable[Any]) -> int:
-        batch = list(rows)
+        return self.insert_tables({table: rows})[table]
+
+    def insert_tables(self, batches: Mapping[str, Iterable[Any]]) -> dict[str, int]:
+        held_now = {table: list(rows) for table, rows in batches.items()}
         with self._lock:
-            self._held.setdefault(table, []).extend(batch)
+            for table, batch in held_now.items():
+                self._held.setdefault(table, []).extend(batch)
             full = sum(len(held) for held in self._held.values()) >= self.flush_rows
         if full:
             self.flush()
-        return len(batch)
+        return {table: len(batch) for table, batch in held_now.items()}
 
     def flush(self) -> None:
-        """Write everything held, calls before workflows."""
+        """Write everything held in one warehouse transaction, calls before workflows."""
         with self._lock:
             held, self._held = self._held, {}
             tables = [t for t in _WRITE_ORDER if t in held] + [t for t in held if t not in _WRITE_ORDER]
-            for table in tables:
-                self.store.insert(table, held[table])
+            if tables:
+                self.store.insert_tables({table: held[table] for table in tables})
 
 
 @dataclass

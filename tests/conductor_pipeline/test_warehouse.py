@@ -15,7 +15,7 @@ import pytest
 from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.records import Question
 from conductor_pipeline.warehouse import Warehouse, load_sql
-from tests.builders import make_call
+from tests.builders import make_call, make_workflow
 
 
 def test_schema_has_the_contract_relations(tmp_path):
@@ -50,6 +50,20 @@ def test_a_failed_batch_writes_nothing(tmp_path):
     with pytest.raises(duckdb.ConstraintException, match="run_id"):
         wh.insert("calls", broken)
     assert wh.query("SELECT status FROM calls").rows() == [("transient",)]  # the delete was rolled back
+
+
+def test_rows_for_several_tables_land_together_or_not_at_all(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    workflow = make_workflow("wf1")
+    assert wh.insert_tables({"calls": [make_call(1)], "workflows": [workflow], "questions": []}) == {
+        "calls": 1, "workflows": 1, "questions": 0,
+    }
+    broken = dataclasses.replace(make_workflow("wf2"), run_id=None)  # run_id is NOT NULL
+    with pytest.raises(duckdb.ConstraintException, match="run_id"):
+        wh.insert_tables({"calls": [make_call(2)], "workflows": [broken]})
+    assert wh.query("SELECT count(*) AS n FROM calls")["n"][0] == 1  # the calls before it were rolled back
+    with pytest.raises(ValueError, match="'answers'"):
+        wh.insert_tables({"calls": [make_call(3)], "answers": [{}]})
 
 
 STORE_NOON_UTC = """

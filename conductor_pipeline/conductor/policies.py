@@ -245,20 +245,18 @@ class HFLocalPolicy:
             lengths = [len(e["input_ids"]) for e in encoded]
             outputs: list[PolicyOutput | None] = [None] * len(prompts)
             for chunk in _length_chunks(lengths, max_new_tokens, max_batch_tokens):
-                batch = tokenizer.pad(
-                    {"input_ids": [encoded[i]["input_ids"] for i in chunk]}, padding=True, return_tensors="pt"
-                ).to(self.device)
-                width = int(batch["input_ids"].shape[1])
                 processors = LogitsProcessorList()
                 if temperature > 0.0:
                     processors.append(_gumbel_max_sampler([seeds[i] for i in chunk], temperature, self.device))
                 started = time.perf_counter()
                 with torch.inference_mode():
-                    sequences = model.generate(
-                        **batch,
+                    sequences, width = generate_after_shared_prefix(
+                        model,
+                        [encoded[i]["input_ids"] for i in chunk],
+                        pad_token_id=tokenizer.pad_token_id,
+                        device=self.device,
                         do_sample=False,  # the sampler above turns the argmax into a sample
                         max_new_tokens=max_new_tokens,
-                        pad_token_id=tokenizer.pad_token_id,
                         logits_processor=processors,
                     )
                 # Wall time shared out: what each question cost the machine, not how long it waited.
@@ -293,7 +291,8 @@ class HFLocalPolicy:
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ) -> list[PolicyOutput]:
         """One sample for each prompt, many prompts per forward pass: prompts of similar length are
-        left-padded into batches of at most `max_batch_tokens` padded prompt-plus-completion tokens.
+        left-padded into batches of at most `max_batch_tokens` padded prompt-plus-completion tokens,
+        and the start a batch's prompts share (the system prompt) is computed once for all of them.
 
         Each prompt samples through a generator of its own, seeded with its seed (Gumbel-max over
         the temperature-scaled logits: an exact sample of the same distribution as `propose`), so
@@ -311,6 +310,49 @@ class HFLocalPolicy:
 
     async def aclose(self) -> None:
         self._model = self._tokenizer = None
+
+
+def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every row has in common, leaving each row at least one of its own
+    (generation starts from a row's last prompt token)."""
+    first, limit = rows[0], min(len(row) for row in rows) - 1
+    length = 0
+    while length < limit and all(row[length] == first[length] for row in rows):
+        length += 1
+    return length
+
+
+def generate_after_shared_prefix(
+    model: Any, rows: Sequence[Sequence[int]], *, pad_token_id: int, device: str, **generate_kwargs: Any
+) -> tuple[Any, int]:
+    """`model.generate` on token rows whose shared prefix (the conductor's system prompt: the rules
+    and the catalogue, most of every prompt) is run through the model once, not once per row.
+
+    Each row is laid out as [shared prefix | left padding | its own tokens]; the attention mask
+    hides the padding and the positions follow the mask, so every row is computed as if alone.
+    Returns what `generate` returned and the width of the prompt part of its sequences.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    prefix = shared_prefix_length(rows)
+    own = [list(row[prefix:]) for row in rows]
+    width = max(len(tokens) for tokens in own)
+    input_ids = torch.tensor(
+        [list(rows[0][:prefix]) + [pad_token_id] * (width - len(tokens)) + tokens for tokens in own], device=device
+    )
+    attention_mask = torch.tensor(
+        [[1] * prefix + [0] * (width - len(tokens)) + [1] * len(tokens) for tokens in own], device=device
+    )
+    cache = None
+    if prefix:
+        cache = DynamicCache(config=model.config)
+        model(input_ids=input_ids[:1, :prefix], cache=cache, use_cache=True)
+        cache.batch_repeat_interleave(len(rows))
+    output = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, cache=cache, pad_token_id=pad_token_id, **generate_kwargs
+    )
+    return output, prefix + width
 
 
 def _length_chunks(lengths: Sequence[int], max_new_tokens: int, max_batch_tokens: int) -> list[list[int]]:

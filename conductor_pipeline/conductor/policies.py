@@ -181,26 +181,28 @@ class HFLocalPolicy:
         with self._lock:
             self._load()
             tokenizer, model = self._tokenizer, self._model
-            encoded = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-            ).to(self.device)
-            prompt_length = int(encoded["input_ids"].shape[1])
+            prompt = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+            prompt_length = len(prompt)
             greedy = temperature <= 0.0
             sampling = {} if greedy else {"temperature": temperature, "top_p": 1.0, "top_k": 0}
             started = time.perf_counter()
             # A seeded call samples from a forked RNG, so it does not reseed anyone else's (an
             # unseeded one advances the global RNG, so two unseeded calls draw different samples).
             with _seeded_rng(seed, self.device), torch.inference_mode():
-                sequences = model.generate(
-                    **encoded,
-                    do_sample=not greedy,
-                    num_return_sequences=1 if greedy else n,
-                    max_new_tokens=max_new_tokens,
+                # The n samples are n rows of the same prompt, which is run through the model once.
+                sequences, width = generate_after_shared_prefix(
+                    model,
+                    [prompt] * (1 if greedy else n),
                     pad_token_id=tokenizer.pad_token_id,
+                    device=self.device,
+                    do_sample=not greedy,
+                    max_new_tokens=max_new_tokens,
                     **sampling,
                 )
             latency = time.perf_counter() - started
-        completions = sequences[:, prompt_length:]
+        completions = sequences[:, width:]
         if greedy:  # greedy decoding is deterministic: one pass serves all n
             completions = completions.repeat(n, 1)
         return self._outputs(completions.tolist(), [prompt_length] * len(completions), latency)

@@ -163,7 +163,6 @@ class HFLocalPolicy:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        tokenizer.padding_side = "left"
         model = AutoModelForCausalLM.from_pretrained(self.model_path).to(self.device)
         model.eval()
         self._tokenizer, self._model = tokenizer, model

@@ -42,8 +42,9 @@ class RowBuffer:
     """Warehouse rows held in memory and written in a few large batches.
 
     `insert` and `insert_tables` have `Warehouse`'s signatures, so an orchestrator records through
-    it unchanged; it writes only once `flush_rows` rows are held. `flush` writes everything held (calls before
-    workflows). Thread-safe: TRL runs the reward, and so the orchestrator, on its own threads.
+    it unchanged; it writes only once `flush_rows` rows are held. `flush` writes everything held
+    (calls before workflows). Thread-safe: TRL runs the reward, and so the orchestrator, on its own
+    threads.
     """
 
     def __init__(self, store: Warehouse, *, flush_rows: int = DEFAULT_FLUSH_ROWS) -> None:

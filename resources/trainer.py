@@ -207,12 +207,14 @@ class TrainerResource(dg.ConfigurableResource):
             overrides["max_steps"] = steps
         overrides["lora"] = self.lora_settings()
         if self.profile == "gpu":
-            settings = GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode)
+            settings = replace(
+                GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode), **overrides
+            )
         else:
-            settings = GRPOSettings.cpu_smollm2_profile() if self.profile == "cpu-smollm2" else GRPOSettings.cpu_profile()
             if self.policy_model:
                 overrides["policy_model"] = self.policy_model
-        settings = replace(settings, **overrides)
+            profile = GRPOSettings.cpu_smollm2_profile if self.profile == "cpu-smollm2" else GRPOSettings.cpu_profile
+            settings = profile(**overrides)
         # One optimizer step per generation batch needs batch | rollouts; shrink the micro-batch if not.
         if settings.rollouts_per_step % (settings.per_device_train_batch_size * settings.num_processes):
             settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)

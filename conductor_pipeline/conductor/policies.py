@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from conductor_pipeline.conductor.generation import GreedyChooser, SeededGumbelSampler, WarpedSampler, sample_rows
 from conductor_pipeline.corpora.sources import sha256_of
 from conductor_pipeline.pools.backends.openai_compat import TRANSIENT_HTTP_STATUSES
 from conductor_pipeline.records import stable_id
@@ -140,6 +141,12 @@ def model_digest(model_dir: str | Path) -> str:
     return stable_id(*(f"{path.name}={sha256_of(path)}" for path in files))
 
 
+def policy_fingerprint(model: str | Path) -> str:
+    """A policy by what it is: the digest of a local model's weights and config (`model_digest`),
+    or the hub id / path as written when nothing local holds it."""
+    return model_digest(model) if Path(str(model)).is_dir() else str(model)
+
+
 class HFLocalPolicy:
     """A local transformers causal LM; the n samples of one prompt run as one batch.
 
@@ -183,33 +190,30 @@ class HFLocalPolicy:
             prompt = tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True, return_dict=True
             )["input_ids"]
-            prompt_length = len(prompt)
             greedy = temperature <= 0.0
-            sampling = {} if greedy else {"temperature": temperature, "top_p": 1.0, "top_k": 0}
             started = time.perf_counter()
             # A seeded call samples from a forked RNG, so it does not reseed anyone else's (an
             # unseeded one advances the global RNG, so two unseeded calls draw different samples).
             with _seeded_rng(seed, self.device), torch.inference_mode():
                 # The n samples are n rows of the same prompt, which is run through the model once.
-                sequences, width = generate_after_shared_prefix(
-                    model,
-                    [prompt] * (1 if greedy else n),
-                    pad_token_id=tokenizer.pad_token_id,
-                    device=self.device,
-                    do_sample=not greedy,
-                    max_new_tokens=max_new_tokens,
-                    **sampling,
+                completions = sample_rows(
+                    model, [prompt] * (1 if greedy else n), max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id, stop_token_ids=self._stop_ids(), device=self.device,
+                    choose=GreedyChooser() if greedy else WarpedSampler(temperature),
                 )
             latency = time.perf_counter() - started
-        completions = sequences[:, width:]
         if greedy:  # greedy decoding is deterministic: one pass serves all n
-            completions = completions.repeat(n, 1)
-        return self._outputs(completions.tolist(), [prompt_length] * len(completions), latency)
+            completions = completions * n
+        return self._outputs(completions, [len(prompt)] * len(completions), latency)
+
+    def _stop_ids(self) -> list[int]:
+        """The tokens that end a completion: the model's end-of-turn tokens and the padding token."""
+        return sorted(set(_as_list(self._model.generation_config.eos_token_id)) | {self._tokenizer.pad_token_id})
 
     def _outputs(self, rows: list[list[int]], prompt_lengths: Sequence[int], latency: float) -> list[PolicyOutput]:
         """Completion token rows cut at their first stop token, decoded."""
         tokenizer = self._tokenizer
-        stop_ids = set(_as_list(self._model.generation_config.eos_token_id)) | {tokenizer.pad_token_id}
+        stop_ids = set(self._stop_ids())
         outputs = []
         for row, prompt_length in zip(rows, prompt_lengths, strict=True):
             length = next((i + 1 for i, tok in enumerate(row) if tok in stop_ids), len(row))
@@ -234,35 +238,33 @@ class HFLocalPolicy:
         max_batch_tokens: int,
     ) -> list[PolicyOutput]:
         import torch
-        from transformers import LogitsProcessorList
 
         with self._lock:
             self._load()
             tokenizer, model = self._tokenizer, self._model
             encoded = [
-                tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+                tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                    "input_ids"
+                ]
                 for messages in prompts
             ]
-            lengths = [len(e["input_ids"]) for e in encoded]
+            lengths = [len(ids) for ids in encoded]
             outputs: list[PolicyOutput | None] = [None] * len(prompts)
             for chunk in _length_chunks(lengths, max_new_tokens, max_batch_tokens):
-                processors = LogitsProcessorList()
-                if temperature > 0.0:
-                    processors.append(_gumbel_max_sampler([seeds[i] for i in chunk], temperature, self.device))
+                choose = (
+                    SeededGumbelSampler([seeds[i] for i in chunk], temperature, self.device)
+                    if temperature > 0.0 else GreedyChooser()
+                )
                 started = time.perf_counter()
                 with torch.inference_mode():
-                    sequences, width = generate_after_shared_prefix(
-                        model,
-                        [encoded[i]["input_ids"] for i in chunk],
-                        pad_token_id=tokenizer.pad_token_id,
-                        device=self.device,
-                        do_sample=False,  # the sampler above turns the argmax into a sample
-                        max_new_tokens=max_new_tokens,
-                        logits_processor=processors,
+                    completions = sample_rows(
+                        model, [encoded[i] for i in chunk], max_new_tokens=max_new_tokens,
+                        pad_token_id=tokenizer.pad_token_id, stop_token_ids=self._stop_ids(), device=self.device,
+                        choose=choose,
                     )
                 # Wall time shared out: what each question cost the machine, not how long it waited.
                 latency = (time.perf_counter() - started) / len(chunk)
-                decoded = self._outputs(sequences[:, width:].tolist(), [lengths[i] for i in chunk], latency)
+                decoded = self._outputs(completions, [lengths[i] for i in chunk], latency)
                 for index, output in zip(chunk, decoded, strict=True):
                     outputs[index] = output
         return [output for output in outputs if output is not None]
@@ -313,49 +315,6 @@ class HFLocalPolicy:
         self._model = self._tokenizer = None
 
 
-def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens every row has in common, leaving each row at least one of its own
-    (generation starts from a row's last prompt token)."""
-    first, limit = rows[0], min(len(row) for row in rows) - 1
-    length = 0
-    while length < limit and all(row[length] == first[length] for row in rows):
-        length += 1
-    return length
-
-
-def generate_after_shared_prefix(
-    model: Any, rows: Sequence[Sequence[int]], *, pad_token_id: int, device: str, **generate_kwargs: Any
-) -> tuple[Any, int]:
-    """`model.generate` on token rows whose shared prefix (the conductor's system prompt: the rules
-    and the catalogue, most of every prompt) is run through the model once, not once per row.
-
-    Each row is laid out as [shared prefix | left padding | its own tokens]; the attention mask
-    hides the padding and the positions follow the mask, so every row is computed as if alone.
-    Returns what `generate` returned and the width of the prompt part of its sequences.
-    """
-    import torch
-    from transformers import DynamicCache
-
-    prefix = shared_prefix_length(rows)
-    own = [list(row[prefix:]) for row in rows]
-    width = max(len(tokens) for tokens in own)
-    input_ids = torch.tensor(
-        [list(rows[0][:prefix]) + [pad_token_id] * (width - len(tokens)) + tokens for tokens in own], device=device
-    )
-    attention_mask = torch.tensor(
-        [[1] * prefix + [0] * (width - len(tokens)) + [1] * len(tokens) for tokens in own], device=device
-    )
-    cache = None
-    if prefix:
-        cache = DynamicCache(config=model.config)
-        model(input_ids=input_ids[:1, :prefix], cache=cache, use_cache=True)
-        cache.batch_repeat_interleave(len(rows))
-    output = model.generate(
-        input_ids=input_ids, attention_mask=attention_mask, cache=cache, pad_token_id=pad_token_id, **generate_kwargs
-    )
-    return output, prefix + width
-
-
 def _length_chunks(lengths: Sequence[int], max_new_tokens: int, max_batch_tokens: int) -> list[list[int]]:
     """Indices of `lengths` grouped by length (little padding), each group's padded size
     (rows x (longest prompt + max_new_tokens)) within `max_batch_tokens`; one row always fits."""
@@ -383,24 +342,6 @@ def _seeded_rng(seed: int | None, device: str) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
-
-
-def _gumbel_max_sampler(seeds: Sequence[int], temperature: float, device: str) -> Any:
-    """A logits processor after which the argmax is a sample at `temperature` (top-k and top-p
-    off), each row drawing its noise from a generator of its own."""
-    import torch
-    from transformers import LogitsProcessor
-
-    generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
-
-    class GumbelMaxSampler(LogitsProcessor):
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
-            uniform = torch.stack(
-                [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in generators]
-            ).clamp_min(torch.finfo(torch.float32).tiny)
-            return scores.float() / temperature - torch.log(-torch.log(uniform))
-
-    return GumbelMaxSampler()
 
 
 def _as_list(value: int | list[int] | None) -> list[int]:

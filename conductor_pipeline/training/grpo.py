@@ -162,6 +162,8 @@ def train_grpo(
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
+    from conductor_pipeline.training.shared_prompt import SharedPromptGRPOTrainer
+
     output_dir = Path(output_dir)
     if max_steps_override is not None:
         settings = replace(settings, max_steps=max_steps_override)
@@ -174,7 +176,8 @@ def train_grpo(
     tokenizer.padding_side = "left"
     rows: list[dict] = []
     stop_flag = {"stopped": False}
-    trainer = GRPOTrainer(
+    trainer_class = SharedPromptGRPOTrainer if settings.share_prompt_prefix else GRPOTrainer
+    trainer = trainer_class(
         model=str(model_path),
         reward_funcs=[reward_fn],
         args=settings.to_grpo_config(output_dir),

@@ -135,6 +135,10 @@ class GRPOSettings:
     vllm_server_base_url: str | None = field(default=None, metadata=_help(
         "Server mode: base URL of `trl vllm-serve` (e.g. http://127.0.0.1:8000)."))
     use_cpu: bool = field(default=False, metadata=_help("Train on CPU even when a GPU is visible (CPU profile)."))
+    share_prompt_prefix: bool = field(default=False, metadata=_help(
+        "Run each group's prompt through the policy once, when sampling and in the loss, instead of once per "
+        "rollout (conductor_pipeline.training.shared_prompt): same loss and gradients. Transformers rollouts "
+        "only (not vLLM) and no gradient checkpointing; shares fully when a step is one micro-batch."))
     seed: int = field(default=0, metadata=_help("Seed for sampling, data order and pool randomisation."))
     lora: LoraSettings = field(default_factory=LoraSettings, metadata=_help(
         "Low-rank adapters instead of full fine-tuning (rank 0: full fine-tuning)."))
@@ -169,14 +173,17 @@ class GRPOSettings:
             max_steps=24,
             learning_rate=1e-4,
             max_completion_length=80,
-            per_device_train_batch_size=8,
             gradient_checkpointing=False,
             bf16=False,
             use_cpu=True,
             use_vllm=False,
             randomize_pools=True,
+            share_prompt_prefix=True,
         )
-        return replace(settings, **overrides)
+        settings = replace(settings, **overrides)
+        if "per_device_train_batch_size" not in overrides:  # one micro-batch a step: every prompt shared fully
+            settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)
+        return settings
 
     @classmethod
     def cpu_smollm2_profile(cls, **overrides: Any) -> GRPOSettings:

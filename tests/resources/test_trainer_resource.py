@@ -45,7 +45,9 @@ def test_empty_overrides_keep_the_profile_and_set_ones_replace_it():
     assert (settings.num_generations, settings.max_steps, settings.seed) == (4, 7, 2)
     assert (sft.max_steps, sft.learning_rate, sft.seed) == (5, 0.3, 2)
     assert trainer.grpo_settings(steps=3).max_steps == 3  # the probe's step count wins
-    unchanged = {f.name for f in fields(GRPOSettings)} - {"num_generations", "max_steps", "seed"}
+    # The cpu profile's micro-batch is one whole step, so that every rollout's prompt is shared.
+    assert settings.per_device_train_batch_size == settings.rollouts_per_step == 4 * settings.questions_per_step
+    unchanged = {f.name for f in fields(GRPOSettings)} - {"num_generations", "max_steps", "seed", "per_device_train_batch_size"}
     cpu = GRPOSettings.cpu_profile()
     assert all(getattr(settings, name) == getattr(cpu, name) for name in unchanged)
 

@@ -14,9 +14,7 @@ from conductor_pipeline.conductor.policies import (
     HFLocalPolicy,
     OpenAIEndpointPolicy,
     PolicyError,
-    generate_after_shared_prefix,
     resolve_device,
-    shared_prefix_length,
 )
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
@@ -202,37 +200,6 @@ def test_batched_greedy_generation_equals_one_prompt_at_a_time(tiny_policy):
     assert [o.text for o in batched] == [o.text for o in alone]
     assert [o.prompt_tokens for o in batched] == [o.prompt_tokens for o in alone]
     assert [o.completion_tokens for o in batched] == [o.completion_tokens for o in alone]
-
-
-def test_a_batch_shares_the_tokens_every_prompt_starts_with_and_keeps_one_of_each_own():
-    assert shared_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
-    assert shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # the last token starts each row's generation
-    assert shared_prefix_length([[7, 8, 9]]) == 2
-    assert shared_prefix_length([[1, 2], [3, 2]]) == 0
-
-
-def test_generation_after_a_shared_prefix_scores_each_row_as_if_it_were_alone(tiny_policy):
-    import torch
-
-    tiny_policy._load()
-    model, tokenizer = tiny_policy._model, tiny_policy._tokenizer
-    system = {"role": "system", "content": "You route questions to models. " * 20}
-    rows = [
-        tokenizer.apply_chat_template([system, *prompt], add_generation_prompt=True, tokenize=True, return_dict=True)[
-            "input_ids"
-        ]
-        for prompt in BATCH_PROMPTS
-    ]
-    assert len({len(row) for row in rows}) > 1 and shared_prefix_length(rows) > 100
-    settings = {"do_sample": False, "max_new_tokens": 4, "output_logits": True, "return_dict_in_generate": True}
-    with torch.inference_mode():
-        batched, _ = generate_after_shared_prefix(
-            model, rows, pad_token_id=tokenizer.pad_token_id, device="cpu", **settings
-        )
-        for index, row in enumerate(rows):
-            alone = model.generate(input_ids=torch.tensor([row]), pad_token_id=tokenizer.pad_token_id, **settings)
-            for step_batched, step_alone in zip(batched.logits, alone.logits, strict=True):
-                torch.testing.assert_close(step_batched[index], step_alone[0], rtol=1e-4, atol=1e-4)
 
 
 def test_batched_sampling_is_reproducible_and_independent_of_the_batch(tiny_policy):

@@ -1,0 +1,139 @@
+"""GRPO with each group's prompt computed once, in sampling and in the loss: TRL's trainer, extended.
+
+A GRPO step samples `num_generations` completions of the same prompt, and a conductor prompt (the
+rules, the catalogue, the question: 500-700 tokens) is about 95% of each rollout's tokens. TRL
+1.16's transformers path runs every rollout's prompt through the model twice, once to sample and
+once in the loss. Here:
+
+- sampling goes through TRL's `rollout_func` hook: `conductor.generation.sample_rows` runs each
+  distinct prompt once (and the start all prompts share once), then decodes every rollout after it;
+- the loss (`_get_per_token_logps_and_entropies`, the one method TRL computes log-probabilities in)
+  runs each distinct prompt once, copies its key-value cache to the rows that share it, and runs
+  only the completions after it. The gradient flows through the copies back to the one prompt
+  computation, so loss and gradients are TRL's own, up to the order of float sums (a test checks).
+
+Everything here depends on TRL 1.16's internals (the method's signature, the trainer attributes the
+sampler reads), so it is this one module, with `SUPPORTED_TRL` checked when the trainer is built.
+It covers text-only prompts on the transformers path; anything else (images, vLLM, gradient
+checkpointing, which drops the prompt's cache, a repetition penalty) runs TRL's own code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import GRPOTrainer
+
+from conductor_pipeline.conductor.generation import WarpedSampler, sample_rows
+
+# The TRL release this module was written against (its GRPOTrainer internals are not an API).
+SUPPORTED_TRL = "1.16."
+
+
+def check_trl_version() -> None:
+    """Refuse a TRL this extension was not written for, rather than train on a silently wrong path."""
+    import trl
+
+    if not trl.__version__.startswith(SUPPORTED_TRL):
+        raise RuntimeError(
+            f"conductor_pipeline.training.shared_prompt extends TRL {SUPPORTED_TRL}x internals, but TRL "
+            f"{trl.__version__} is installed: re-check GRPOTrainer._get_per_token_logps_and_entropies and the "
+            "rollout_func contract, or set share_prompt_prefix: false"
+        )
+
+
+def shares_prompts(trainer: GRPOTrainer) -> bool:
+    """Whether this trainer's setup is one the shared-prompt paths cover."""
+    args = trainer.args
+    return (
+        not args.use_vllm
+        and not args.gradient_checkpointing
+        and not getattr(trainer, "_is_vlm", False)
+        and (args.repetition_penalty or 1.0) == 1.0
+        and not args.generation_kwargs
+    )
+
+
+def shared_prompt_rollout(prompts: list, trainer: GRPOTrainer) -> dict[str, Any]:
+    """TRL's `rollout_func`: tokenize the prompts as TRL does and sample each after its shared prompt."""
+    import torch
+
+    tokenizer = trainer.processing_class
+    if prompts and isinstance(prompts[0], list):  # conversational: the chat template TRL applies
+        prompt_ids = tokenizer.apply_chat_template(
+            conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
+            **(trainer.args.chat_template_kwargs or {}),
+        )["input_ids"]
+    else:
+        prompt_ids = tokenizer(text=prompts)["input_ids"]
+    config = trainer.generation_config
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with torch.no_grad():
+        completions = sample_rows(
+            model, prompt_ids, max_new_tokens=trainer.max_completion_length, pad_token_id=tokenizer.pad_token_id,
+            stop_token_ids=trainer.eos_token_ids, device=str(trainer.accelerator.device),
+            choose=WarpedSampler(config.temperature, config.top_k, config.top_p, config.min_p),
+        )
+    return {"prompt_ids": [list(ids) for ids in prompt_ids], "completion_ids": completions, "logprobs": None}
+
+
+class SharedPromptGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer whose loss runs each distinct prompt of a micro-batch through the model once."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        check_trl_version()
+        super().__init__(*args, rollout_func=shared_prompt_rollout, **kwargs)
+        if not shares_prompts(self):
+            self.rollout_func = None  # TRL's own sampling; the loss below falls back too
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):
+        if compute_aux_loss or not shares_prompts(self) or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )
+        import torch
+
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            with self.accelerator.autocast():
+                chunk_logps, chunk_entropy = completion_logps_after_shared_prompts(
+                    model, input_ids[start:start + batch_size], attention_mask[start:start + batch_size], logits_to_keep
+                )
+            logps.append(chunk_logps)
+            entropies.append(chunk_entropy)
+        entropy = torch.cat(entropies, dim=0) if compute_entropy else None
+        return torch.cat(logps, dim=0), entropy, None
+
+
+def completion_logps_after_shared_prompts(model: Any, input_ids: Any, attention_mask: Any, completion_length: int):
+    """Per-token log-probabilities (and entropies) of the last `completion_length` tokens of each row,
+    from a TRL model with its fused LM head, with each distinct prompt (the rows' leading part, padded
+    alike) run through the model once.
+
+    The prompt's last token is fed with the completion, so the prompt pass stops one token short and
+    the completion pass yields exactly one hidden state per completion token. Positions are the plain
+    0..n-1 of TRL's own forward pass.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    prompt_length = input_ids.size(1) - completion_length
+    prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], dim=1)
+    distinct, row_to_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+    cache = DynamicCache()
+    model(
+        input_ids=distinct[:, : prompt_length - 1], attention_mask=distinct[:, prompt_length : 2 * prompt_length - 1],
+        cache=cache, use_cache=True, logits_to_keep=1,
+    )
+    cache.batch_select_indices(row_to_prompt)  # differentiable: each copy's gradient reaches its prompt
+    completion_mask = attention_mask[:, prompt_length:]
+    outputs = model(
+        input_ids=input_ids[:, prompt_length - 1 : -1], attention_mask=attention_mask[:, :-1], cache=cache,
+        shift_labels=input_ids[:, prompt_length:].masked_fill(completion_mask == 0, -100), fused_lm_head=True,
+    )
+    return outputs.log_probs, outputs.entropy

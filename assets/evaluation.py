@@ -109,6 +109,13 @@ class EvalArmsConfig(dg.Config):
         description="Also evaluate the latest warm_start_policy model (warm-started, before GRPO), when one was "
         "trained: beside the trained checkpoint it shows what GRPO itself changed",
     )
+    shuffled_catalogue: bool = Field(
+        True,
+        description="Also evaluate each conductor with the pool listed in another order for each question (seeded; "
+        "an '@shuffled' arm beside the pool-file order): a conductor that routes by what the catalogue says "
+        "scores the same and picks the same workers in both",
+    )
+    catalogue_seed: int = Field(0, description="Seed of the per-question catalogue orders of '@shuffled' arms")
     include_question: bool = Field(True, description="Show workers the original question next to their subtask")
     max_depth: int = Field(2, ge=0, description="Recursion depth cap when the pool seats the conductor")
     world_model_router: bool = Field(
@@ -231,12 +238,9 @@ def eval_arms(
     if any(leaks.values()):
         raise dg.Failure(f"train/eval leak before any arm ran: { {k: v[:5] for k, v in leaks.items() if v} }")
 
-    trained = [
-        policy for policy in (
-            _latest_warm_start(context) if config.use_warm_start_policy else None,
-            _trained_policy(context, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None,
-        ) if policy is not None
-    ]
+    warm_start = _latest_warm_start(context) if config.use_warm_start_policy else None
+    checkpoint = _trained_policy(context, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None
+    trained = [policy for policy in (warm_start, checkpoint) if policy is not None]
     conductors = _conductor_resources(config, conductor, trained)
     train_split_w: WorldModel | None = None
     w_metadata: dict[str, object] = {}
@@ -261,10 +265,18 @@ def eval_arms(
     )
     # A pool that seats the conductor makes every conductor arm recursive (and labelled so).
     recursive = any(seat.is_conductor for seat in pool_config.workers)
+    labels = {c.model_path: c.arm_label for c in conductors if c.model_path}
+    conductor_arms = {
+        (c.arm_label, order): c.build_arm(
+            predictor, recursive=recursive, catalogue_order=order, catalogue_seed=config.catalogue_seed, policy=policy,
+        )
+        for c in conductors for policy in [c.build_policy()]
+        for order in (("pool", "shuffled") if config.shuffled_catalogue else ("pool",))
+    }
     lineup = eval_lineup(
         seats, calibration, random_seed=config.random_seed,
         world_model=train_split_w if config.world_model_router else None, lambda_cost=config.w_router_lambda_cost,
-        conductors=[c.build_arm(predictor, recursive=recursive) for c in conductors],
+        conductors=list(conductor_arms.values()),
         cascade_model=train_split_w if config.w_cascade else None, cascade_threshold=config.w_cascade_threshold,
         vote_top_k=config.vote_top_k if config.vote_arms else None,
     )
@@ -306,6 +318,18 @@ def eval_arms(
             "world_model_training_question_ids": tuple(sorted(train_split_w.training_question_ids))
             if train_split_w is not None else (),
             "math_levels": tuple(config.math_levels),
+            # Each trained conductor arm beside the warm-started one it was trained from, and each
+            # pool-order arm beside the same policy with the catalogue shuffled (eval_tables pairs them).
+            "started_from": {
+                arm.name: conductor_arms[(labels[warm_start.path], order)].name
+                for (label, order), arm in conductor_arms.items()
+                if checkpoint is not None and warm_start is not None and label == labels.get(checkpoint.path)
+                and (labels.get(warm_start.path), order) in conductor_arms
+            },
+            "order_twins": {
+                arm.name: conductor_arms[(label, "shuffled")].name
+                for (label, order), arm in conductor_arms.items() if order == "pool" and (label, "shuffled") in conductor_arms
+            },
             "replayed": len(recorded) == len(workers),
             "single_recording_workers": tuple(sorted(n for n, w in recorded.items() if w.samples_recorded == 1)),
             "routing_predictions": routing_predictions,
@@ -471,6 +495,10 @@ def eval_tables(
     comparisons_frame(results.comparisons).write_parquet(out_dir / f"{eval_arms.run_id}_paired.parquet")
     if results.recursion is not None:
         results.recursion.write_parquet(out_dir / f"{eval_arms.run_id}_recursion.parquet")
+    for name, frame in (("conductor_pairs", results.conductor_pairs), ("positions", results.positions),
+                        ("order_agreement", results.order_agreement)):
+        if frame is not None:
+            frame.write_parquet(out_dir / f"{eval_arms.run_id}_{name}.parquet")
     if results.sweep.height:
         results.sweep.write_parquet(out_dir / f"{eval_arms.run_id}_cost_sweep.parquet")
     (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(results.accuracy_png)

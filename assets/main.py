@@ -49,7 +49,8 @@ HEADLINES: list[tuple[str, list[str]]] = [
     ("conductor_checkpoint", ["checkpoint", "global_step"]),
     ("world_model_report", ["verdict"]),
     ("eval_tables",
-     ["conductor_vs_best_single", "verdicts", "arm_table", "cost_story", "routing_value", "decomposition"]),
+     ["conductor_vs_best_single", "verdicts", "conductor_pairs", "order_invariance", "steps_by_position", "arm_table",
+      "cost_story", "routing_value", "decomposition"]),
 ]
 # INFO, not DEBUG: progress lines and failures, without every engine event.
 CONSOLE_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}

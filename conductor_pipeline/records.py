@@ -159,6 +159,8 @@ class WorkflowRecord:
     parent_step: int | None = None
     depth: int = 0
     root_workflow_id: str | None = None
+    # The workers the conductor's prompt listed, in order (None when no conductor wrote the workflow).
+    catalogue: list[str] | None = None
 
     # As on `CallRecord`: the grader whose rules gave `correct`.
     grader_version: str | None = None

@@ -19,7 +19,7 @@ from conductor_pipeline.conductor.policies import (
     model_digest,
 )
 from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
-from conductor_pipeline.evaluation.arms import ConductorArm
+from conductor_pipeline.evaluation.arms import CatalogueOrder, ConductorArm
 from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
@@ -128,13 +128,21 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         )
 
     def build_arm(
-        self, predicted_success: Callable[[Question], Mapping[str, float]] | None = None, *, recursive: bool = False
+        self,
+        predicted_success: Callable[[Question], Mapping[str, float]] | None = None,
+        *,
+        recursive: bool = False,
+        catalogue_order: CatalogueOrder = "pool",
+        catalogue_seed: int = 0,
+        policy: ConductorPolicy | None = None,
     ) -> ConductorArm:
-        """This policy as an eval arm named `conductor:<arm_label>` (`+recursive` when the pool
-        seats the conductor); `predicted_success` (W's numbers for the prompt) is used only when
-        `show_predicted_success` is on."""
+        """This policy as an eval arm named `conductor:<arm_label>` (`@shuffled` when it lists the
+        pool in a per-question order, `+recursive` when the pool seats the conductor);
+        `predicted_success` (W's numbers for the prompt) is used only when `show_predicted_success`
+        is on. `policy`: an already built policy of this resource, shared by its arms."""
         return ConductorArm(
-            self.arm_label, self.build_policy(), naming=self.naming, examples=self.examples(),
+            self.arm_label, policy or self.build_policy(), naming=self.naming, examples=self.examples(),
             temperature=self.temperature, max_new_tokens=self.effective_max_new_tokens,
             predicted_success=predicted_success if self.show_predicted_success else None, recursive=recursive,
+            catalogue_order=catalogue_order, catalogue_seed=catalogue_seed,
         )

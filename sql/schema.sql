@@ -81,6 +81,12 @@ ALTER TABLE workflows ADD COLUMN IF NOT EXISTS parent_step INTEGER;
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS depth INTEGER DEFAULT 0;
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS root_workflow_id VARCHAR;
 
+-- The workers the conductor's prompt listed, real names in the order it listed them (its
+-- catalogue: a training sub-pool, or the pool in file or shuffled order); a step's catalogue
+-- position is list_position(catalogue, worker) - 1. NULL on workflows no conductor wrote (solo
+-- arms, routers, votes) and on rows written before the column existed.
+ALTER TABLE workflows ADD COLUMN IF NOT EXISTS catalogue VARCHAR[];
+
 -- As on `calls`: the grader whose rules gave `correct`.
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS grader_version VARCHAR DEFAULT '1';
 ALTER TABLE workflows ALTER COLUMN grader_version SET DEFAULT '2';

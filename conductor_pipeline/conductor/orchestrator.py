@@ -237,6 +237,7 @@ class Orchestrator:
                 )
             )
         conductor_latency = conductor_output.latency_s if conductor_output is not None else None
+        catalogue = list(shown_workers) if shown_workers is not None else list(self.worker_names)
         try:
             workflow = self.parse(raw_text, shown_workers=shown_workers)
         except WorkflowParseError as exc:
@@ -245,12 +246,14 @@ class Orchestrator:
                 conductor=conductor_name, raw_text=raw_text, parse_code=exc.code, n_steps=0,
                 workers=[], final_answer=None, correct=False, cost_usd=0.0,
                 latency_s=conductor_latency, arm=arm, repeat=repeat, infra_failure=False, **_rollout_fields(rollout),
+                catalogue=catalogue,
             )
             await self._record_workflow(record)
             return record
         return await self.execute(
             question, workflow, run_id=run_id, arm=arm, repeat=repeat, conductor_name=conductor_name,
             raw_text=raw_text, workflow_id=workflow_id, extra_latency_s=conductor_latency, rollout=rollout,
+            catalogue=catalogue,
         )
 
     async def execute(
@@ -267,11 +270,13 @@ class Orchestrator:
         extra_latency_s: float | None = None,
         final_step: Callable[[Sequence[StepOutcome]], int] | None = None,
         rollout: RolloutTag | None = None,
+        catalogue: Sequence[str] | None = None,
     ) -> WorkflowRecord:
         """Execute an already parsed workflow (steps name real workers) and record it.
 
         `final_step` picks the step whose answer is the workflow's (default: the last); a
         broadcast-and-vote baseline passes its majority vote. It runs in a thread (it may grade).
+        `catalogue`: the workers the conductor that wrote it was shown, in order (None: no conductor).
         """
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
         lineage = _Lineage(run_id, workflow_id, conductor_name, arm, repeat, rollout)
@@ -287,6 +292,7 @@ class Orchestrator:
             final_answer=final_answer, correct=correct, cost_usd=state.cost_usd,
             latency_s=add_latency(state.latency_s, extra_latency_s), arm=arm, repeat=repeat,
             infra_failure=state.infra_failure, **_rollout_fields(rollout),
+            catalogue=list(catalogue) if catalogue is not None else None,
         )
         await self._record_workflow(record)
         return record
@@ -560,6 +566,7 @@ class Orchestrator:
                 latency_s=latency_s, arm=lineage.arm, repeat=lineage.sample, infra_failure=infra_failure,
                 parent_workflow_id=inner.parent_workflow_id, parent_step=inner.parent_step, depth=inner.depth,
                 root_workflow_id=lineage.root_workflow_id, **_rollout_fields(lineage.rollout),
+                catalogue=list(self.worker_names),  # the recursion prompt lists the whole pool
             )
         )
 

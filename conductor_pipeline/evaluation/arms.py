@@ -8,9 +8,10 @@ tables all use it.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow, workflow_key
 from conductor_pipeline.conductor.policies import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
@@ -22,6 +23,16 @@ from conductor_pipeline.workflow import Step, Workflow
 
 # Workflows in flight at once per evaluation; the governor bounds the calls, this bounds memory.
 DEFAULT_MAX_CONCURRENT_WORKFLOWS = 64
+# How a conductor arm lists the pool: in the pool file's order, or shuffled per question.
+CatalogueOrder = Literal["pool", "shuffled"]
+CATALOGUE_ORDERS: tuple[CatalogueOrder, ...] = ("pool", "shuffled")
+
+
+def shuffled_catalogue(workers: Sequence[str], question_id: str, seed: int) -> list[str]:
+    """`workers` in an order fixed by the question and the seed, different across questions."""
+    order = list(workers)
+    random.Random(stable_id("catalogue", seed, question_id)).shuffle(order)
+    return order
 
 
 # ---------------------------------------------------------------------- arms
@@ -146,17 +157,31 @@ class ConductorArm:
     seed: int = 0
     predicted_success: Callable[[Question], Mapping[str, float]] | None = None
     recursive: bool = False
+    catalogue_order: CatalogueOrder = "pool"
+    catalogue_seed: int = 0
     PREFIX: ClassVar[str] = "conductor:"
     RECURSIVE_SUFFIX: ClassVar[str] = "+recursive"
+    SHUFFLED_SUFFIX: ClassVar[str] = "@shuffled"
 
     @property
     def name(self) -> str:
-        return f"{self.PREFIX}{self.label}{self.RECURSIVE_SUFFIX if self.recursive else ''}"
+        order = self.SHUFFLED_SUFFIX if self.catalogue_order == "shuffled" else ""
+        return f"{self.PREFIX}{self.label}{order}{self.RECURSIVE_SUFFIX if self.recursive else ''}"
+
+    def shown_workers(self, orchestrator: Orchestrator, question: Question) -> list[str] | None:
+        """The catalogue order this arm shows for a question: None for the pool file's order; with
+        `catalogue_order="shuffled"`, a permutation of the pool fixed by the question and
+        `catalogue_seed` (so every shuffled arm of a run sees the same order for the same question)."""
+        if self.catalogue_order == "pool":
+            return None
+        return shuffled_catalogue(orchestrator.worker_names, question.question_id, self.catalogue_seed)
 
     def prompt(self, orchestrator: Orchestrator, question: Question) -> list[dict[str, str]]:
         """The chat messages this arm sends its policy for a question."""
+        entries = {entry.name: entry for entry in orchestrator.catalogue()}
+        shown = self.shown_workers(orchestrator, question) or list(entries)
         return build_conductor_prompt(
-            question, orchestrator.catalogue(), naming=self.naming, examples=list(self.examples),
+            question, [entries[name] for name in shown], naming=self.naming, examples=list(self.examples),
             predicted_success=self.predicted_success(question) if self.predicted_success else None,
             workers_see_question=orchestrator.include_question,
         )
@@ -208,7 +233,7 @@ class ConductorArm:
     ) -> WorkflowRecord:
         return await orchestrator.run_workflow_text(
             question, output.text, conductor_name=self.name, run_id=run_id, arm=self.name, repeat=repeat,
-            conductor_output=output,
+            conductor_output=output, shown_workers=self.shown_workers(orchestrator, question),
         )
 
     async def _not_run(

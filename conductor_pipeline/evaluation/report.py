@@ -396,3 +396,65 @@ def describe_eval_population(corpus: str, math_levels: Sequence[int], *, restric
     levels = f" level {', '.join(map(str, math_levels))}" if corpus == "math" and math_levels else ""
     recorded = ", recorded by every seat" if restricted_to_recorded else ""
     return f"{corpus}{levels}, eval split{recorded}"
+
+
+# ---------------------------------------------------------------------- did it learn to route?
+
+
+def conductor_comparisons_markdown(frame: pl.DataFrame, labels: Mapping[str, str]) -> str:
+    """Each conductor arm against the arms that tell routing from format and position."""
+    if frame.is_empty():
+        return "no conductor arm shares questions with its references"
+    rows = [
+        [labels.get(r["arm"], r["arm"]), r["against"], labels.get(r["reference"], r["reference"]), str(r["n_questions"]),
+         fmt_accuracy(r["accuracy"]), fmt_accuracy(r["reference_accuracy"]),
+         fmt_estimate_points(Estimate(r["difference"], r["difference_low"], r["difference_high"])),
+         fmt_p(r["mcnemar_p"]), f"**{r['verdict']}**"]
+        for r in frame.iter_rows(named=True)
+    ]
+    headers = ["conductor", "against", "reference arm", "questions", "conductor accuracy", "reference accuracy",
+               "difference (pts) [95% CI]", "McNemar p", "verdict"]
+    return _github(rows, headers) + (
+        "\n\nA conductor has learnt to route only if it beats its warm start and random routing here, and ties "
+        "with its own pool-order arm when the catalogue is shuffled (`@shuffled`)."
+    )
+
+
+def positions_markdown(positions: pl.DataFrame, labels: Mapping[str, str]) -> str:
+    """Share of each conductor arm's steps per catalogue position (0 = listed first)."""
+    if positions.is_empty():
+        return "no parsed conductor workflow recorded its catalogue"
+    width = int(positions["position"].max()) + 1
+    rows = []
+    for arm in positions["arm"].unique(maintain_order=True).to_list():
+        shares = dict(positions.filter(pl.col("arm") == arm).select("position", "share").iter_rows())
+        steps = int(positions.filter(pl.col("arm") == arm)["steps"].sum())
+        rows.append([labels.get(arm, arm), str(steps), *(_share(shares.get(p, 0.0)) for p in range(width))])
+    return _github(rows, ["conductor", "steps", *(f"position {p}" for p in range(width))]) + (
+        "\n\nPositions are where the catalogue the conductor saw listed the worker. In pool-file order a position "
+        "is also a worker; in a shuffled catalogue a flat row means the policy does not prefer positions."
+    )
+
+
+def order_invariance_markdown(
+    agreement: pl.DataFrame, comparisons: pl.DataFrame, labels: Mapping[str, str]
+) -> str:
+    """Per conductor arm: accuracy with the pool-file order and with a shuffled catalogue, paired,
+    and how often the two picked the same workers."""
+    if agreement.is_empty():
+        return "no conductor arm was evaluated in two catalogue orders"
+    rows = []
+    for r in agreement.iter_rows(named=True):
+        paired = comparisons.filter((pl.col("arm") == r["shuffled_arm"]) & (pl.col("reference") == r["arm"]))
+        if paired.height:
+            p = paired.row(0, named=True)
+            accuracy = f"{fmt_accuracy(p['reference_accuracy'])} / {fmt_accuracy(p['accuracy'])}"
+            difference = fmt_estimate_points(Estimate(p["difference"], p["difference_low"], p["difference_high"]))
+            verdict = "keeps its accuracy" if p["verdict"] == "ties" else f"**{p['verdict']}** when shuffled"
+        else:
+            accuracy, difference, verdict = NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE
+        rows.append([labels.get(r["arm"], r["arm"]), accuracy, difference, str(r["both_parsed"]),
+                     _share(r["same_workers"]), _share(r["same_final_worker"]), verdict])
+    headers = ["conductor", "accuracy: pool order / shuffled", "shuffled - pool order (pts) [95% CI]",
+               "questions both parsed", "same workers", "same final worker", "order invariance"]
+    return _github(rows, headers)

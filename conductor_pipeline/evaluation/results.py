@@ -23,17 +23,21 @@ from conductor_pipeline.evaluation.comparisons import (
     gap_in_points,
 )
 from conductor_pipeline.evaluation.costs import arms_frontier, cost_story, cost_sweep
+from conductor_pipeline.evaluation.learning import conductor_comparisons, order_agreement, steps_by_position
 from conductor_pipeline.evaluation.report import (
     arm_labels,
     arm_table_markdown,
+    conductor_comparisons_markdown,
     conductor_summary,
     cost_story_markdown,
     decomposition_markdown,
     describe_eval_population,
     frontier_markdown,
     markdown_table,
+    order_invariance_markdown,
     paired_table_markdown,
     points_rows,
+    positions_markdown,
     routing_summary_markdown,
     verdict_lines,
 )
@@ -85,6 +89,11 @@ class EvalTables:
     accuracy_png: bytes = b""
     gap_png: bytes = b""
     recursion: pl.DataFrame | None = None  # per recursive conductor arm; None when no arm recursed
+    # Did the conductor learn to route: each conductor arm against its references, its steps per
+    # catalogue position, and its choices under the pool-file order against a shuffled catalogue.
+    conductor_pairs: pl.DataFrame | None = None
+    positions: pl.DataFrame | None = None
+    order_agreement: pl.DataFrame | None = None
 
 
 def build_eval_tables(
@@ -138,6 +147,12 @@ def build_eval_tables(
         if decomposition["arm"] in points:
             decomposition.update(points_rows(points[decomposition["arm"]]))
 
+    pairs = conductor_comparisons(
+        workflows, conductors, started_from=extra.get("started_from", {}), order_twins=extra.get("order_twins", {}),
+        settings=settings,
+    )
+    positions = steps_by_position(workflows.filter(pl.col("arm").is_in(conductors)))
+    agreement = order_agreement(workflows, extra.get("order_twins", {}))
     cost = dict(zip(arms, table["cost_per_question"].to_list(), strict=True))
     accuracy = dict(zip(arms, table["accuracy"].to_list(), strict=True))
     frontier = arms_frontier(table)
@@ -154,6 +169,9 @@ def build_eval_tables(
         "verdicts": verdict_lines(comparisons, shown, labels, reference_label=reference_label, max_chars=inline_chars),
         "arm_table": arm_table_markdown(table, labels),
         "paired_vs_best_single": paired_table_markdown(comparisons, shown, labels),
+        "conductor_pairs": conductor_comparisons_markdown(pairs, labels),
+        "order_invariance": order_invariance_markdown(agreement, pairs, labels),
+        "steps_by_position": positions_markdown(positions, labels),
         "cost_story": cost_story_markdown(
             {router: cost_story(sweep, router) for router in routers}, reference_label=reference_label,
             reference_accuracy=accuracy.get(REFERENCE_ARM, float("nan")), reference_cost=cost.get(REFERENCE_ARM) or 0.0,
@@ -188,4 +206,7 @@ def build_eval_tables(
         accuracy_png=accuracy_cost_plot(table, frontier=frontier, sweep=sweep, labels=labels, reference=REFERENCE_ARM),
         gap_png=running_gap_plot(gap),
         recursion=recursion,
+        conductor_pairs=pairs,
+        positions=positions,
+        order_agreement=agreement,
     )

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 
 from assets.definitions import build_definitions
@@ -103,14 +104,19 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     # The random-weight conductor writes no workflow: its verdict is "loses", so the check is red.
     conductor_check = checks["conductor_beats_best_single"]
     assert conductor_check.passed is False and conductor_check.severity == dg.AssetCheckSeverity.WARN
-    assert conductor_check.metadata["verdicts"].value == {"conductor:hf:tiny+W": "loses"}
+    assert conductor_check.metadata["verdicts"].value == {
+        "conductor:hf:tiny+W": "loses", "conductor:hf:tiny+W@shuffled": "loses",
+    }
 
     arms = metadata(result, "eval_arms")
     assert arms["planned_slice_size"] == SLICE and arms["slice_size"] == SLICE
     assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
-    # solo, baselines, the W-router, the W-cascade, three votes, the conductor
-    assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 1
-    new_arms = {"w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W"}
+    # solo, baselines, the W-router, the W-cascade, three votes, the conductor in pool-file and shuffled order
+    assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 2
+    new_arms = {
+        "w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W",
+        "conductor:hf:tiny+W@shuffled",
+    }
     assert new_arms <= set(arms["arms"])
     # The run id hashes the settings, the arm names in order and what the arms are made of (the
     # pool's seats, the best single, the routing W's predictions, the conductor's weights and prompt).
@@ -137,7 +143,18 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
         {"r": arms["run_id"]},
     )
-    assert counts.height == 15 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    assert counts.height == 16 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    # Every conductor workflow records the catalogue it was shown: the pool file's order, or a
+    # per-question permutation of it for the shuffled arm.
+    catalogues = store.query(
+        "SELECT arm, question_id, catalogue FROM workflows WHERE run_id = $r AND arm LIKE 'conductor:%'",
+        {"r": arms["run_id"]},
+    )
+    pool_order = load_pool(POOL).worker_names
+    plain = catalogues.filter(pl.col("arm") == "conductor:hf:tiny+W")["catalogue"].to_list()
+    shuffled = catalogues.filter(pl.col("arm") == "conductor:hf:tiny+W@shuffled")["catalogue"].to_list()
+    assert all(list(c) == pool_order for c in plain)
+    assert all(sorted(c) == sorted(pool_order) for c in shuffled) and any(list(c) != pool_order for c in shuffled)
     # A vote's cost and tokens are the sums of its workers' recorded calls: six calls per question.
     votes = store.query(
         "SELECT w.workflow_id, any_value(w.cost_usd) AS cost, sum(c.cost_usd) AS call_cost, count(*) AS calls "
@@ -165,6 +182,11 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     for arm in ("solo:deepseek-v2.5", "w_router", "w_cascade@0.5", "vote:all (from recordings)", "conductor:hf:tiny+W"):
         assert f"- {arm}: **" in tables["verdicts"], arm
     assert "**conductor:hf:tiny+W**" in tables["conductor_vs_best_single"]
+    # The conductor against what tells routing from format and position, paired.
+    for reference in ("best single worker", "random routing", "vote over the best five", "pool-file order"):
+        assert reference in tables["conductor_pairs"], reference
+    assert "conductor:hf:tiny+W" in tables["order_invariance"] and "same final worker" in tables["order_invariance"]
+    assert "position 0" in tables["steps_by_position"] or "no parsed conductor workflow" in tables["steps_by_position"]
     assert "**loses**" in tables["conductor_vs_best_single"] and "Gap in points" in tables["conductor_vs_best_single"]
     assert len(tables["conductor_vs_best_single"]) < 1000
     assert "McNemar p (exact)" in tables["paired_vs_best_single"]
@@ -223,10 +245,11 @@ def test_a_pool_that_seats_the_conductor_gives_a_recursive_arm_and_its_recursion
     result = run(ConductorPolicyResource(model_path=str(tiny), max_new_tokens=24, n_examples=1))
     assert result.success
     arms = metadata(result, "eval_arms")["arms"]
-    assert arms[-1] == "conductor:hf:tiny+recursive" and not any(a.startswith("solo:conductor") for a in arms)
+    assert arms[-2:] == ["conductor:hf:tiny+recursive", "conductor:hf:tiny@shuffled+recursive"]
+    assert not any(a.startswith("solo:conductor") for a in arms)
     tables = metadata(result, "eval_tables")
     # Random weights write no workflow, so nothing recursed: the table says so rather than vanishing.
-    assert "| conductor:hf:tiny+recursive |" in tables["recursion"]
+    assert "| conductor:hf:tiny+recursive " in tables["recursion"]
     assert "share_recursed" in tables["recursion"] and "accuracy_not_recursed" in tables["recursion"]
 
     # The untrained default conductor (no checkpoint) is left out unless asked for.
@@ -308,14 +331,14 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
             "checkpoint_path": dg.MetadataValue.path(str(checkpoint)), "prompt": dg.MetadataValue.json(trained_prompt),
         }))
         first = evaluate(instance)
-        assert first["arms"][-1] == "conductor:hf:checkpoint"
+        assert first["arms"][-2:] == ["conductor:hf:checkpoint", "conductor:hf:checkpoint@shuffled"]
         assert first["conductor_prompts"] == {"hf:checkpoint": {"model": str(checkpoint), **trained_prompt}}
         store = Warehouse(warehouse_path)
         conductor_calls = store.query(
             "SELECT c.completion_tokens, c.prompt_tokens FROM calls c JOIN workflows w USING (workflow_id) "
             "WHERE w.run_id = $r AND c.kind = 'conductor'", {"r": first["run_id"]},
         )
-        assert conductor_calls.height == 4 and conductor_calls["completion_tokens"].max() <= 12
+        assert conductor_calls.height == 2 * 4 and conductor_calls["completion_tokens"].max() <= 12  # two orders
 
         assert evaluate(instance)["run_id"] == first["run_id"], "the same weights and prompt resume the same run"
         build_tiny_causal_lm(tmp_path / "checkpoint", seed=1)  # retrained in place: same path, new weights

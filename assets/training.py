@@ -29,10 +29,11 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
+from conductor_pipeline.conductor.policies import policy_fingerprint
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
-from conductor_pipeline.records import Question
+from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.training.dataset import (
     TrainingDataError,
@@ -45,6 +46,7 @@ from conductor_pipeline.training.dataset import (
     write_contested_set,
 )
 from conductor_pipeline.training.gates import (
+    RUN_MANIFEST,
     GateClosedError,
     judge_probe,
     probe_manifest,
@@ -84,6 +86,8 @@ from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "training"
+# Settings that say how long a run is and how often it saves, not what it learns: left out of its key.
+RUN_LENGTH_SETTINGS = ("max_steps", "save_steps", "save_total_limit")
 # "200 steps over 33 questions is memorisation": the contested set must be at least this large.
 DEFAULT_MIN_CONTESTED = 100
 NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the probe here)"
@@ -182,6 +186,18 @@ def _telemetry(store: Warehouse) -> Iterator[RowBuffer]:
 def _policy_name(model: Path | str) -> str:
     """A policy as `workflows.conductor` names it: its folder (or hub id) name."""
     return f"policy:{Path(str(model)).name}"
+
+
+def _run_key(trainer: TrainerResource, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:
+    """What a GRPO run is made of: its settings but its length (a longer run of the same recipe
+    continues the shorter one), how its prompts show the pool, the pool file, the questions it
+    trains on and the weights it starts from. A run keyed the same resumes; any other starts afresh."""
+    recipe = {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS}
+    return stable_id(
+        recipe, trainer.naming, trainer.n_prompt_examples, trainer.contested_subpools, training.pruning,
+        training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
+        policy_fingerprint(start_policy),
+    )[:16]
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -447,36 +463,46 @@ def grpo_probe_run(
     pool_config, store = training.pool_config, training.store
     settings = trainer.grpo_settings(steps=trainer.probe_steps)
     device = _device(trainer)
-    probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
+    start_policy = trainer.start_policy_path(pool_config.name)
+    probe_run_id = f"probe-{pool_config.name}-{_run_key(trainer, settings, training, start_policy)}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
-    start_policy = trainer.start_policy_path(pool_config.name)
-    with _telemetry(store) as writer:
-        executor = _executor(
-            training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],
-            RolloutLog(writer, probe_run_id, "probe", _policy_name(start_policy)), start_policy, device,
+    manifest = read_probe_manifest(output_dir, RUN_MANIFEST)  # a probe of the same inputs that finished
+    if manifest is not None and len(manifest["steps"]) >= settings.max_steps:
+        context.log.info(f"probe {probe_run_id} of these inputs already finished (dagster run {manifest['dagster_run_id']})")
+    else:
+        resume_step = forget_steps_after_checkpoint(store, probe_run_id, output_dir)
+        context.log.info(f"probe {probe_run_id}: " + (f"resuming after step {resume_step}" if resume_step else "starting"))
+        with _telemetry(store) as writer:
+            executor = _executor(
+                training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],
+                RolloutLog(writer, probe_run_id, "probe", _policy_name(start_policy)), start_policy, device,
+            )
+            run_pool_grpo(
+                start_policy, training, executor, settings, output_dir,
+                run_id=probe_run_id, phase="probe", resume=True, log=context.log.info,
+            )
+            pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions, device)
+        if pruning is not None:
+            context.log.info(f"world-model pruning: {pruning}")
+        logged = store.query_file("training_steps_of_run", {"run_id": probe_run_id}).iter_rows(named=True)
+        manifest = probe_manifest(
+            probe_run_id, logged, group_size=settings.num_generations, groups_per_step=settings.questions_per_step,
+            dagster_run_id=context.run_id, contested_questions=len(training.questions) + len(training.skipped),
+            trained_questions=len(training.questions), world_model_pruning=pruning,
         )
-        outcome = run_pool_grpo(
-            start_policy, training, executor, settings, output_dir,
-            run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
-        )
-        elapsed = time.monotonic() - started
-        pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions, device)
-    if pruning is not None:
-        context.log.info(f"world-model pruning: {pruning}")
-    # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
-    remove_checkpoints(output_dir)
-    manifest = probe_manifest(
-        probe_run_id, outcome.steps, group_size=settings.num_generations, groups_per_step=settings.questions_per_step,
-        dagster_run_id=context.run_id, contested_questions=len(training.questions) + len(training.skipped),
-        trained_questions=len(training.questions), world_model_pruning=pruning,
-    )
-    write_probe_manifest(trainer.probe_dir(pool_config.name), manifest)
+        write_probe_manifest(output_dir, manifest, RUN_MANIFEST)
+        # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
+        remove_checkpoints(output_dir)
+    elapsed = time.monotonic() - started
+    pruning = manifest.get("world_model_pruning")
+    write_probe_manifest(trainer.probe_dir(pool_config.name), manifest)  # the latest probe: what the gate judges
     preview = judge_probe(manifest, manifest["steps"], threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on)
-    context.log.info(f"probe {probe_run_id}: {outcome.global_step} steps in {elapsed:.0f}s; {preview.describe()}")
+    steps_done = len(manifest["steps"])
+    context.log.info(f"probe {probe_run_id}: {steps_done} steps in {elapsed:.0f}s; {preview.describe()}")
     telemetry = run_telemetry(store, probe_run_id, _aggregators(pool_config))
     summary = (
-        f"{outcome.global_step} probe steps in {elapsed:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
+        f"{steps_done} probe steps in {elapsed:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
         f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance and "
         f"{format_metric(preview.correctness_figure)} the same correctness in every rollout (no routing signal); "
         f"the gate judges {preview.gate_on} and needs < {trainer.zero_variance_threshold:.2f}. "
@@ -496,9 +522,9 @@ def grpo_probe_run(
             "group_size": dg.MetadataValue.int(settings.num_generations),
             "groups": dg.MetadataValue.int(preview.groups),
             "threshold": dg.MetadataValue.float(trainer.zero_variance_threshold),
-            "steps": dg.MetadataValue.int(outcome.global_step),
+            "steps": dg.MetadataValue.int(steps_done),
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
-            "seconds_per_step": dg.MetadataValue.float(round(elapsed / max(outcome.global_step, 1), 2)),
+            "seconds_per_step": dg.MetadataValue.float(round(elapsed / max(steps_done, 1), 2)),
             "settings": dg.MetadataValue.json(settings.describe()),
             "device": dg.MetadataValue.text(device),
             "contested_subpools": dg.MetadataValue.bool(trainer.contested_subpools),
@@ -554,11 +580,15 @@ def conductor_checkpoint(
     store = training.store
     settings = trainer.grpo_settings()
     device = _device(trainer)
-    output_dir = trainer.checkpoint_dir(pool_config.name)
-    run_id = f"grpo-{pool_config.name}"
-    forget_steps_after_checkpoint(store, run_id, output_dir)
-    started = time.monotonic()
     start_policy = trainer.start_policy_path(pool_config.name)
+    run_id = f"grpo-{pool_config.name}-{_run_key(trainer, settings, training, start_policy)}"
+    output_dir = trainer.checkpoint_dir(pool_config.name) / run_id
+    resume_step = forget_steps_after_checkpoint(store, run_id, output_dir)
+    context.log.info(
+        f"GRPO run {run_id}: " + (f"resuming after step {resume_step}" if resume_step else "starting at step 1")
+        + f" (a run of other settings, prompts, pool, questions or start policy gets another key); output {output_dir}"
+    )
+    started = time.monotonic()
     with _telemetry(store) as writer:
         executor = _executor(
             training, settings, trainer, warehouse, pool, training.questions,

@@ -34,6 +34,8 @@ GateOn = Literal["reward", "correctness"]
 GATE_ON_REWARD: GateOn = "reward"
 # The latest probe run of a pool (its id, group size, per-step figures), next to its run folders.
 PROBE_MANIFEST = "latest_probe.json"
+# In a probe run's own folder: written when the run finished, so a rerun of the same inputs reuses it.
+RUN_MANIFEST = "probe_manifest.json"
 
 
 class GateClosedError(RuntimeError):
@@ -223,16 +225,17 @@ def probe_manifest(
             "steps": steps}
 
 
-def write_probe_manifest(probe_dir: str | Path, manifest: Mapping[str, Any]) -> Path:
-    """Record the latest probe run; the gate and training read it to know which probe is current."""
-    path = Path(probe_dir) / PROBE_MANIFEST
+def write_probe_manifest(probe_dir: str | Path, manifest: Mapping[str, Any], name: str = PROBE_MANIFEST) -> Path:
+    """Record the latest probe run (the gate and training read it to know which probe is current),
+    or, with `name=RUN_MANIFEST` in a probe run's own folder, that the run finished."""
+    path = Path(probe_dir) / name
     write_json_atomic(path, manifest)
     return path
 
 
-def read_probe_manifest(probe_dir: str | Path) -> dict | None:
-    """The latest probe run's manifest, or None when no probe ran."""
-    path = Path(probe_dir) / PROBE_MANIFEST
+def read_probe_manifest(probe_dir: str | Path, name: str = PROBE_MANIFEST) -> dict | None:
+    """The latest probe run's manifest (or a probe run's own, `name=RUN_MANIFEST`); None when there is none."""
+    path = Path(probe_dir) / name
     return json.loads(path.read_text()) if path.is_file() else None
 
 

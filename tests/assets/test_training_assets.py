@@ -23,6 +23,7 @@ from assets.training import (
     contested_dir,
     contested_set,
     contested_set_size,
+    grpo_probe_run,
     pass_rates,
 )
 from assets.world_model import world_model_path
@@ -194,6 +195,28 @@ def test_failed_zero_variance_gate_stops_training_now_and_in_later_runs(gsm8k, t
     assert not trainer.checkpoint_dir(POOL).exists()
 
 
+def test_a_probe_of_the_same_inputs_is_reused_and_other_inputs_probe_again(gsm8k, tmp_path, tiny_model):
+    train, _ = gsm8k
+    database = _warehouse(tmp_path, train, weak_correct=False)
+
+    def probe(**trainer) -> dict:
+        resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, **trainer)
+        result = _chain(resources, min_size=1, selection=[contested_set, grpo_probe_run])
+        [event] = result.asset_materializations_for_node("grpo_probe_run")
+        return {key: value.value for key, value in event.metadata.items()}
+
+    first = probe()
+    assert first["probe_run_id"].startswith(f"probe-{POOL}-") and first["steps"] == TOY["probe_steps"]
+    again = probe()
+    assert again["probe_run_id"] == first["probe_run_id"] and again["steps"] == first["steps"]
+    assert again["zero_variance_fraction"] == first["zero_variance_fraction"]
+    logged = Warehouse(database).query("SELECT run_id, count(*) AS n FROM training_steps GROUP BY 1")
+    assert logged.rows() == [(first["probe_run_id"], TOY["probe_steps"])]  # nothing sampled twice
+    other = probe(naming="names")
+    assert other["probe_run_id"] != first["probe_run_id"]
+    assert Warehouse(database).query("SELECT count(DISTINCT run_id) AS n FROM training_steps")["n"][0] == 2
+
+
 def _open_gate(trainer: TrainerResource, probe_run_id: str = "probe-fixture", pool: str = POOL) -> None:
     """A probe that passed: its manifest and a passed verdict, as the probe asset and gate write them."""
     probe_dir = trainer.probe_dir(pool)
@@ -232,10 +255,21 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
         "SELECT training_step, count(*) AS n FROM workflows WHERE phase = 'grpo' GROUP BY 1 ORDER BY 1"
     )
     assert rollouts.rows() == [(1, 8), (2, 8), (3, 8), (4, 8)]
+    run_id = second["rollout_telemetry"].value["run_id"]
+    assert run_id == first["training_run_id"].value and run_id.startswith(f"grpo-{POOL}-")  # the same recipe, longer
     assert second["rollout_telemetry"].value == {
-        "run_id": f"grpo-{POOL}", "workflows": 32, "conductor_calls": 32,
+        "run_id": run_id, "workflows": 32, "conductor_calls": 32,
         "step_calls": second["rollout_telemetry"].value["step_calls"], "matches_training_steps": True,
     }
+    # A changed input (here the learning rate) is another run: it starts at step 1 in its own
+    # folder, and the first run's checkpoints stay where they are.
+    third = dg.materialize(
+        [conductor_checkpoint, *TRAINING_ASSETS[:-1], pass_rates], selection=dg.AssetSelection.assets(conductor_checkpoint),
+        resources=_resources(database, tmp_path, tiny_model, sft_warm_start=False, max_steps=steps, learning_rate=3e-4),
+    ).asset_materializations_for_node("conductor_checkpoint")[0].metadata
+    assert third["training_run_id"].value != run_id and third["resumed_from"].value == "none"
+    assert Path(third["checkpoint_path"].value).parent.name == third["training_run_id"].value
+    assert (Path(second["checkpoint_path"].value).parent / f"checkpoint-{2 * steps}").is_dir()
     assert {"learning", "halves"} <= set(second)
     assert {"curves", "curves_path", "gate", "group_size", "checkpoint", "global_step"} <= set(second)
     assert second["global_step"].value == 2 * steps and "resumed from checkpoint-2" in second["checkpoint"].value

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,38 @@ def checkpoint_step(checkpoint: Path | None) -> int:
     return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint else 0
 
 
+def build_grpo_trainer(
+    model_path: str | Path,
+    prompts_dataset: Any,
+    reward_fn: Callable,
+    settings: GRPOSettings,
+    output_dir: str | Path,
+    *,
+    callbacks: Sequence[Any] = (),
+):
+    """TRL's GRPOTrainer for these settings (`SharedPromptGRPOTrainer` when they share prompts),
+    on a left-padding tokenizer of the policy and the prompt rows as a dataset."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from conductor_pipeline.training.shared_prompt import SharedPromptGRPOTrainer
+
+    dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer.padding_side = "left"
+    trainer_class = SharedPromptGRPOTrainer if settings.share_prompt_prefix else GRPOTrainer
+    return trainer_class(
+        model=str(model_path),
+        reward_funcs=[reward_fn],
+        args=settings.to_grpo_config(output_dir),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        peft_config=settings.peft_config(),
+    )
+
+
 def train_grpo(
     model_path: str | Path,
     prompts_dataset: Any,
@@ -158,12 +190,6 @@ def train_grpo(
     it logged). An exception (including KeyboardInterrupt) saves the progress since the last
     checkpoint, then re-raises.
     """
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-    from trl import GRPOTrainer
-
-    from conductor_pipeline.training.shared_prompt import SharedPromptGRPOTrainer
-
     output_dir = Path(output_dir)
     if max_steps_override is not None:
         settings = replace(settings, max_steps=max_steps_override)
@@ -171,20 +197,11 @@ def train_grpo(
     if resumed_from is not None and checkpoint_step(resumed_from) >= settings.max_steps:
         # A finished run: resuming would make the Trainer take one more step on every rerun.
         return TrainingOutcome(resumed_from, checkpoint_step(resumed_from), [], resumed_from, False, settings.num_generations)
-    dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tokenizer.padding_side = "left"
     rows: list[dict] = []
     stop_flag = {"stopped": False}
-    trainer_class = SharedPromptGRPOTrainer if settings.share_prompt_prefix else GRPOTrainer
-    trainer = trainer_class(
-        model=str(model_path),
-        reward_funcs=[reward_fn],
-        args=settings.to_grpo_config(output_dir),
-        train_dataset=dataset,
-        processing_class=tokenizer,
+    trainer = build_grpo_trainer(
+        model_path, prompts_dataset, reward_fn, settings, output_dir,
         callbacks=_make_callbacks(on_step, before_checkpoint, reward_fn, settings.num_generations, rows, stop_flag),
-        peft_config=settings.peft_config(),
     )
     try:
         with labelled_positions_only():

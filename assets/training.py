@@ -118,6 +118,7 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
             naming=trainer.naming, n_examples=trainer.n_prompt_examples, contested_subpools=trainer.contested_subpools,
             prune_with=world_model_path(warehouse, pool_config.name) if trainer.prune_with_world_model else None,
             prune_low=trainer.prune_low, prune_high=trainer.prune_high,
+            show_predicted_success=trainer.show_predicted_success,
         )
 
 
@@ -126,6 +127,7 @@ def _prompt_metadata(trainer: TrainerResource, settings: GRPOSettings) -> dict[s
     return {"prompt": dg.MetadataValue.json({
         "naming": trainer.naming, "n_examples": trainer.n_prompt_examples,
         "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
+        "show_predicted_success": trainer.show_predicted_success,
     })}
 
 
@@ -195,6 +197,7 @@ def _run_key(trainer: TrainerResource, settings: GRPOSettings, training: Trainin
     recipe = {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS}
     return stable_id(
         recipe, trainer.naming, trainer.n_prompt_examples, trainer.contested_subpools, training.pruning,
+        training.predicted_success,
         training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
         policy_fingerprint(start_policy),
     )[:16]

@@ -31,7 +31,7 @@ TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
 # (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
 TINY_MAX_NEW_TOKENS = 128
 # What a trained policy's prompt and sampling are made of (the training assets' `prompt` metadata).
-TRAINED_PROMPT_FIELDS = ("naming", "n_examples", "max_new_tokens", "temperature")
+TRAINED_PROMPT_FIELDS = ("naming", "n_examples", "max_new_tokens", "temperature", "show_predicted_success")
 
 
 class ConductorPolicyResource(dg.ConfigurableResource):
@@ -120,10 +120,11 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         the training assets publish it as `prompt` metadata), exactly as in training."""
         prompt = {
             "naming": self.naming, "n_examples": self.n_examples, "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature, **(trained_prompt or {}),
+            "temperature": self.temperature, "show_predicted_success": self.show_predicted_success,
+            **(trained_prompt or {}),
         }
         return ConductorPolicyResource(
-            kind="hf_local", model_path=path, device=self.device, show_predicted_success=self.show_predicted_success,
+            kind="hf_local", model_path=path, device=self.device,
             **{field: prompt[field] for field in TRAINED_PROMPT_FIELDS},
         )
 

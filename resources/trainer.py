@@ -125,6 +125,12 @@ class TrainerResource(dg.ConfigurableResource):
         description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu and cpu-smollm2, "
         f"{GPU_PROMPT_EXAMPLES} on gpu",
     )
+    show_predicted_success: bool = Field(
+        False,
+        description="Show the world model's P(success) next to each catalogue line of the training prompts (each "
+        "question's numbers from a train-split W fitted without it: out of fold); the eval then shows the "
+        "trained policy its train-split W's numbers",
+    )
     probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (20: enough groups to judge)")
     seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
 

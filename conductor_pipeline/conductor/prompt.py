@@ -13,6 +13,7 @@ wrapped around its size, since an example teaches form, not which worker is good
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -104,6 +105,19 @@ def displayed_worker_names(catalogue: CatalogueLike, naming: Naming) -> list[str
     if naming == "names":
         return [entry.name for entry in entries]
     raise ValueError(f"naming must be 'names' or 'ordinal', got {naming!r}")
+
+
+# How many leading words of a worker's description name it (enough to tell "Meta Llama 3.1 8B" from
+# "Meta Llama 3.1 405B"): what a conductor can copy from the catalogue to say whom it picks.
+LABEL_WORDS = 4
+
+
+def worker_label(entry: CatalogueEntry) -> str:
+    """A worker's name as the catalogue shows it: the first words of its description, up to the
+    first parenthesis or comma (its name when it has no description)."""
+    head = re.split(r"[(,;]", entry.description, maxsplit=1)[0]
+    words = head.split()[:LABEL_WORDS] or [entry.name]
+    return " ".join(words)
 
 
 def catalogue_from_pool(pool: object) -> list[CatalogueEntry]:

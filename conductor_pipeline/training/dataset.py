@@ -34,10 +34,12 @@ from conductor_pipeline.training.rollouts import PoolExecutor, execute_samples, 
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.telemetry import PRUNE_AUDIT
 from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model.data import load_training_frame
 from conductor_pipeline.world_model.hooks import (
     PRUNE_HIGH,
     PRUNE_LOW,
     audit_pruning,
+    out_of_fold_prompt_success,
     prompt_predictor,
     prune_zero_variance,
 )
@@ -140,12 +142,15 @@ class TrainingSet:
     anchors: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     skipped: list[Question] = field(default_factory=list)
     pruning: dict[str, object] | None = None  # None: pruning off
+    # question id -> {seat: W's out-of-fold P(success)} shown in the prompts; None: no numbers shown.
+    predicted_success: dict[str, dict[str, float]] | None = None
 
     def prompt_rows(self, settings: GRPOSettings, questions: Sequence[Question] | None = None) -> list[dict]:
         """The GRPO dataset rows of `questions` (default: the trained ones), sub-pools anchored."""
         return pool_prompt_rows(
             self.questions if questions is None else questions, self.pool_config, settings,
             naming=self.naming, n_examples=self.n_examples, anchors=self.anchors,
+            predicted_success=self.predicted_success,
         )
 
 
@@ -167,14 +172,21 @@ def build_training_set(
     prune_with: Path | None = None,
     prune_low: float = PRUNE_LOW,
     prune_high: float = PRUNE_HIGH,
+    show_predicted_success: bool = False,
 ) -> TrainingSet:
     """The contested questions of the pool, shown with `naming` and `n_examples`;
     `contested_subpools` anchors each question's sub-pools (`routing_anchors`); `prune_with` (a
-    world model's path) drops questions it predicts every worker solves, or none does."""
+    world model's path) drops questions it predicts every worker solves, or none does;
+    `show_predicted_success` shows each catalogue line's out-of-fold W prediction
+    (`out_of_fold_prompt_success`, from the warehouse's train-split rows)."""
     questions = contested_questions(store, read_contested_manifest(contested_dir, pool_config.name))
     anchors = routing_anchors(train_pass_rates(store, pool_config)) if contested_subpools else {}
+    shown = (
+        out_of_fold_prompt_success(load_training_frame(store), questions, pool_config.workers)
+        if show_predicted_success else None
+    )
     if prune_with is None:
-        return TrainingSet(pool_config, store, questions, naming, n_examples, anchors)
+        return TrainingSet(pool_config, store, questions, naming, n_examples, anchors, predicted_success=shown)
     model = load_world_model(prune_with, "prune_with_world_model")
     kept, skipped = prune_zero_variance(model, questions, pool_config.workers, low=prune_low, high=prune_high)
     if not kept:
@@ -185,7 +197,7 @@ def build_training_set(
         "world_model": str(prune_with), "low": prune_low, "high": prune_high,
         "contested": len(questions), "kept": len(kept), "skipped": len(skipped),
     }
-    return TrainingSet(pool_config, store, kept, naming, n_examples, anchors, skipped, summary)
+    return TrainingSet(pool_config, store, kept, naming, n_examples, anchors, skipped, summary, predicted_success=shown)
 
 
 def bonus_predictor(

@@ -85,19 +85,24 @@ def pool_prompt_rows(
     naming: Naming,
     n_examples: int,
     anchors: Mapping[str, tuple[list[str], list[str]]] | None = None,
+    predicted_success: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[dict]:
     """GRPO dataset rows of the pool's conductor prompts: each question with the (possibly random)
     sub-pool its prompt shows; with `anchors`, that sub-pool holds one of the question's best and
     one of its worst workers (`routing_anchors`). Seats that cannot answer alone (a vote, the
     conductor itself) are shown like any other, in some sub-pools and not others, but never without
-    a seat that can answer."""
+    a seat that can answer. `predicted_success` (question id -> {seat: P(success)}) puts the world
+    model's numbers next to the catalogue lines."""
     catalogue = {entry.name: entry for entry in catalogue_from_pool(pool_config)}
     examples = default_examples(n_examples)
     solo = pool_config.solo_worker_names
     needs_solver = len(solo) < len(pool_config.worker_names)
 
     def build_messages(question: Question, shown: Sequence[str]) -> list[dict]:
-        return build_conductor_prompt(question, [catalogue[n] for n in shown], naming=naming, examples=examples)
+        return build_conductor_prompt(
+            question, [catalogue[n] for n in shown], naming=naming, examples=examples,
+            predicted_success=predicted_success.get(question.question_id) if predicted_success else None,
+        )
 
     def must_show(question: Question) -> Sequence[Sequence[str]]:
         groups = anchors.get(question.question_id, ()) if anchors else ()

@@ -26,7 +26,7 @@ Two styles:
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from conductor_pipeline.conductor.prompt import (
 from conductor_pipeline.workflow import Step, Workflow, render_workflow
 
 FINAL = "Give the final answer in \\boxed{}."
-SyntheticStyle = Literal["paper", "compact"]
+SyntheticStyle = Literal["paper", "compact", "named"]
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ COMPACT_SHAPES: tuple[_Shape, ...] = (
     _Shape((_SOLVE, _CHECK), ((), (0,)), 0.30, ("",)),
     _Shape((_SOLVE, _SOLVE_AGAIN, _COMPARE), ((), (), (0, 1)), 0.15, ("",)),
 )
-STYLES: dict[str, tuple[_Shape, ...]] = {"paper": SHAPES, "compact": COMPACT_SHAPES}
+STYLES: dict[str, tuple[_Shape, ...]] = {"paper": SHAPES, "compact": COMPACT_SHAPES, "named": COMPACT_SHAPES}
 
 # Fan-out-and-aggregate targets, on prompts that show an aggregator and two or more workers that
 # answer alone: this share of them, so the shape is common enough to be sampled at temperature 1
@@ -132,9 +132,10 @@ STYLES: dict[str, tuple[_Shape, ...]] = {"paper": SHAPES, "compact": COMPACT_SHA
 # compact style three solvers and the vote fit the CPU profile's 80-token completion cap (a test
 # checks); the paper style allows four (the five-step limit).
 FAN_OUT_SHARE = 0.3
-MAX_FAN_OUT: dict[str, int] = {"compact": 3, "paper": 4}
+MAX_FAN_OUT: dict[str, int] = {"compact": 3, "named": 3, "paper": 4}
 FAN_OUT_SUBTASKS: dict[str, tuple[str, str]] = {  # (each solver's subtask, the aggregator's)
     "compact": (_SOLVE, _COMPARE),
+    "named": (_SOLVE, _COMPARE),
     "paper": (
         f"Solve the problem independently, step by step. {FINAL}",
         f"Give the final answer most of the solutions agree on. {FINAL}",
@@ -156,9 +157,12 @@ def synthetic_target(
     naming: Naming,
     style: SyntheticStyle,
     aggregators: Collection[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> str:
     """One valid workflow text over the `displayed` worker names, drawn from the style's shapes;
-    `aggregators` are the displayed names of vote seats, drawn only to aggregate a fan-out."""
+    `aggregators` are the displayed names of vote seats, drawn only to aggregate a fan-out. The
+    "named" style first names each chosen worker by its catalogue label (`labels`: displayed name ->
+    `worker_label` of its description) and then by its displayed name, one line each."""
     solvers = [name for name in displayed if name not in aggregators]
     if not solvers:
         raise ValueError(f"no displayed worker answers alone: {list(displayed)} are all aggregators")
@@ -173,6 +177,10 @@ def synthetic_target(
         workflow = Workflow(tuple(Step(worker, subtask, sees) for worker, subtask, sees in steps))
         reasoning = rng.choice(shape.reasonings).format(*chosen)
     lists = render_workflow(workflow, displayed, by_index=naming == "ordinal")
+    if style == "named":
+        if labels is None:
+            raise ValueError("the named style needs each displayed worker's catalogue label")
+        reasoning = "\n".join(f"{labels[w]} = {w}" for w in dict.fromkeys(step.worker for step in workflow.steps))
     return f"{reasoning}\n{lists}" if reasoning else lists
 
 
@@ -227,10 +235,12 @@ def warm_start_pairs(
     naming: Naming = "ordinal",
     style: SyntheticStyle = "paper",
     aggregators: Collection[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> list[tuple[list[dict[str, str]], str]]:
     """`n` pairs on exactly the GRPO prompts: each row's `prompt` messages with a target over the
     workers that prompt showed (`row["workers"]`), cycling through the rows in a seeded order.
     `aggregators` are the pool's vote seats (real names): prompts that show one get fan-out targets.
+    `labels` (real name -> catalogue label) are what the "named" style calls each worker.
 
     Why the GRPO rows themselves: the warm start then sees the same catalogue text, sub-pool sizes,
     naming and examples the policy is sampled on, so the format it learns is the one GRPO scores.
@@ -246,7 +256,12 @@ def warm_start_pairs(
             row = rows[index]
             displayed = displayed_worker_names(row["workers"], naming)
             shown_aggregators = [name for name, real in zip(displayed, row["workers"], strict=True) if real in aggregators]
-            target = synthetic_target(rng, displayed, naming=naming, style=style, aggregators=shown_aggregators)
+            shown_labels = (
+                {name: labels[real] for name, real in zip(displayed, row["workers"], strict=True)} if labels else None
+            )
+            target = synthetic_target(
+                rng, displayed, naming=naming, style=style, aggregators=shown_aggregators, labels=shown_labels
+            )
             pairs.append((list(row["prompt"]), target))
     return pairs
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from conductor_pipeline.corpora.sources import data_source, mirror_dir
 
 # Bump when the build recipe changes, so cached builds with the old recipe are rebuilt.
-TINY_MODEL_RECIPE_VERSION = 3
+TINY_MODEL_RECIPE_VERSION = 4
 # Written last into a finished build; its presence (with a matching hash) means "reuse".
 MANIFEST_NAME = "tiny_model_manifest.json"
 # Qwen2.5's special tokens, so prompts and templates look exactly like the real conductor's.
@@ -109,6 +109,26 @@ def conductor_prompt_texts() -> list[str]:
             continue
         texts.append(build_conductor_prompt("", catalogue, naming="ordinal")[0]["content"])
     return texts
+
+
+def shipped_seat_names() -> list[str]:
+    """Every seat name of the shipped pools (data/pools/*.yaml), sorted.
+
+    They become whole tokens of the tiny tokenizer: under `naming: names` a conductor writes a
+    worker's name, and the byte-level pre-tokenizer would cut "llama-3.1-405b" into eight pieces,
+    which a two-layer model blends into names no pool has ("llama-4o", "gemini-v2.5-pro"). As one
+    token each, a name is copied from the catalogue whole, or not at all.
+    """
+    from conductor_pipeline.paths import POOLS_DIR
+    from conductor_pipeline.pools.config import PoolConfigError, load_pool
+
+    names: set[str] = set()
+    for path in sorted(POOLS_DIR.glob("*.yaml")):
+        try:
+            names.update(seat.name for seat in load_pool(path).workers)
+        except PoolConfigError:
+            continue
+    return sorted(names)
 
 
 def default_tokenizer_corpus(seed: int = 0) -> list[str]:
@@ -202,6 +222,7 @@ def build_tiny_causal_lm(
         "num_heads": num_heads,
         "seed": seed,
         "custom_texts": text_list is not None,
+        "seat_tokens": shipped_seat_names(),
     }
     config_hash = _config_hash(settings, text_list)
     existing = _read_manifest(out_dir)
@@ -218,6 +239,7 @@ def build_tiny_causal_lm(
     tokenizer = _train_tokenizer(
         text_list if text_list is not None else default_tokenizer_corpus(seed), vocab_size
     )
+    tokenizer.add_tokens(settings["seat_tokens"])
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     config = Qwen2Config(

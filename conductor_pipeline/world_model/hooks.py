@@ -6,10 +6,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from conductor_pipeline.pools.config import WorkerSeat
-from conductor_pipeline.records import Question
-from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.records import Question, stable_id
+from conductor_pipeline.world_model.features import WorldModelSettings
+from conductor_pipeline.world_model.model import WorldModel, fit_on_train_split
 
 # Pruning: skip a question when W predicts every shown worker above HIGH (all solve) or below LOW.
 PRUNE_LOW, PRUNE_HIGH = 0.05, 0.95
@@ -45,6 +47,40 @@ def predicted_success_for_prompt(
     seat_list = list(seats.values()) if isinstance(seats, Mapping) else list(seats)
     predicted = model.predict_success([question], seat_list)[0]
     return {seat.name: round(float(p), 3) for seat, p in zip(seat_list, predicted)}
+
+
+# Folds of the out-of-fold predictions shown in training prompts.
+PROMPT_FOLDS = 5
+
+
+def out_of_fold_prompt_success(
+    frame: pl.DataFrame,
+    questions: Sequence[Question],
+    seats: Sequence[WorkerSeat] | Mapping[str, WorkerSeat],
+    *,
+    folds: int = PROMPT_FOLDS,
+    settings: WorldModelSettings | None = None,
+) -> dict[str, dict[str, float]]:
+    """question id -> {seat: W's P(success)} for training prompts, each from a train-split W that
+    never saw that question: the questions are cut into `folds` (by a hash of their id) and each
+    fold's numbers come from W fitted on the other folds' rows and every other train-split question.
+
+    Why not one train-split W for all: its numbers on its own training questions are memory of their
+    outcomes, so a policy trained on them learns to trust W far more than W deserves on new
+    questions (where the eval shows it numbers from the same train-split W, out of sample).
+    """
+    workers = {seat.name: seat for seat in _solo_seats(seats)}
+    fold_of = {q.question_id: int(stable_id("prompt-fold", q.question_id)[:8], 16) % folds for q in questions}
+    shown: dict[str, dict[str, float]] = {}
+    for fold in range(folds):
+        held_out = [q for q in questions if fold_of[q.question_id] == fold]
+        if not held_out:
+            continue
+        model = fit_on_train_split(
+            frame.filter(~pl.col("question_id").is_in([q.question_id for q in held_out])), workers, settings
+        )
+        shown.update((q.question_id, predicted_success_for_prompt(model, q, workers)) for q in held_out)
+    return shown
 
 
 def prune_zero_variance(

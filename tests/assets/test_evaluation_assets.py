@@ -311,7 +311,9 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
     like the conductor resource), and retraining it in place gives a new eval run id, so the
     rerun evaluates the new weights instead of reusing the old ones' workflows."""
     checkpoint = build_tiny_causal_lm(tmp_path / "checkpoint")
-    trained_prompt = {"naming": "names", "n_examples": 0, "max_new_tokens": 12, "temperature": 1.0}
+    trained_prompt = {
+        "naming": "names", "n_examples": 0, "max_new_tokens": 12, "temperature": 1.0, "show_predicted_success": False,
+    }
     lean = {"slice_size": 4, "world_model_router": False, "w_cascade": False, "vote_arms": False}
 
     def evaluate(instance: dg.DagsterInstance) -> dict:

@@ -148,3 +148,31 @@ def test_without_an_aggregator_targets_are_what_they_were():
     )
     with pytest.raises(ValueError, match="answers alone"):
         synthetic_target(random.Random(0), ["Model 0"], naming="ordinal", style="compact", aggregators=["Model 0"])
+
+
+def test_named_targets_say_whom_they_pick_by_catalogue_label_then_by_number():
+    """The "named" style: a line per chosen worker, its catalogue label then its displayed name,
+    and the lists that run it; the workers are drawn as uniformly as the compact style's."""
+    import re
+
+    from conductor_pipeline.conductor.prompt import catalogue_from_pool, worker_label
+
+    pool = load_pool("replay-mixed6")
+    labels = {entry.name: worker_label(entry) for entry in catalogue_from_pool(pool)}
+    assert labels["gpt-4o"] == "OpenAI GPT-4o" and labels["llama-3.1-8b"] == "Meta Llama 3.1 8B"
+    assert labels["llama-3.1-405b"] == "Meta Llama 3.1 405B"  # the two Llamas are told apart
+    rows = pool_prompt_rows(
+        [Question(f"q{i}", "math", "test", QUESTIONS[i % 3], "5") for i in range(30)], pool,
+        GRPOSettings.cpu_profile(), naming="ordinal", n_examples=0,
+    )
+    positions = []
+    for prompt, target in warm_start_pairs(rows, n=300, seed=0, naming="ordinal", style="named", labels=labels):
+        row = next(r for r in rows if r["prompt"] == prompt)
+        displayed = displayed_worker_names(row["workers"], "ordinal")
+        workflow = parse_workflow(target, displayed)
+        named = re.findall(r"^(.+) = (Model \d+)$", target, flags=re.MULTILINE)
+        assert [d for _, d in named] == list(dict.fromkeys(step.worker for step in workflow.steps))
+        for label, shown in named:
+            assert labels[row["workers"][displayed.index(shown)]] == label
+        positions += [displayed.index(step.worker) / len(displayed) for step in workflow.steps]
+    assert 0.35 < sum(positions) / len(positions) < 0.5  # no lean to low numbers: about the middle of the pool

@@ -85,3 +85,17 @@ def test_tokenizer_knows_the_conductors_prompt_and_workflow_words(tiny_dir):
     tokens = len(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
     # 3.1 characters per token with the conductor prompts in the corpus; 2.1 without them (recipe 2).
     assert characters / tokens > 2.8
+
+
+def test_every_shipped_seat_name_is_one_token_that_decodes_to_itself(tmp_path):
+    from transformers import AutoTokenizer
+
+    from conductor_pipeline.training.tiny_models import build_tiny_causal_lm, shipped_seat_names
+
+    names = shipped_seat_names()
+    assert {"gpt-4o", "llama-3.1-8b", "llama-3.1-405b"} <= set(names)
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_causal_lm(tmp_path / "tiny"))
+    for name in names:
+        ids = tokenizer(f'model_id = ["{name}"]', add_special_tokens=False)["input_ids"]
+        assert tokenizer.convert_ids_to_tokens(ids).count(name) == 1, name
+        assert tokenizer.decode(ids) == f'model_id = ["{name}"]'

@@ -13,7 +13,13 @@ from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
 from conductor_pipeline.world_model.features import TfidfSvdText, build_features
-from conductor_pipeline.world_model.hooks import audit_pruning, predicted_success_for_prompt, prune_zero_variance
+from conductor_pipeline.splits import split_of
+from conductor_pipeline.world_model.hooks import (
+    audit_pruning,
+    out_of_fold_prompt_success,
+    predicted_success_for_prompt,
+    prune_zero_variance,
+)
 from conductor_pipeline.world_model.model import WorldModel
 from tests.builders import (
     FAST_WORLD_MODEL,
@@ -132,6 +138,23 @@ def test_prompt_hook_gives_each_worker_a_probability(fitted: WorldModel) -> None
     assert all(0.0 <= p <= 1.0 for p in shown.values())
     # The alpha family is the geometry specialist in this frame.
     assert shown["alpha-70b"] > shown["beta-8b"]
+
+
+def test_training_prompts_get_numbers_from_a_w_that_never_saw_their_question(specialist_frame: pl.DataFrame) -> None:
+    seats = synthetic_seats()
+    questions = [q for q in synthetic_questions(480, seed=1) if split_of(q.question_id) == "train"][:40]
+    shown = out_of_fold_prompt_success(specialist_frame, questions, seats, folds=3, settings=FAST_WORLD_MODEL)
+    assert set(shown) == {q.question_id for q in questions}
+    assert all(list(numbers) == list(seats) and all(0 <= p <= 1 for p in numbers.values()) for numbers in shown.values())
+    # Rewrite one question's outcomes (every worker right): its own numbers do not move, since the
+    # W that gives them was fitted without its rows; W's numbers for questions of other folds do.
+    target = questions[0].question_id
+    rewritten = specialist_frame.with_columns(
+        pl.when(pl.col("question_id") == target).then(True).otherwise(pl.col("correct")).alias("correct")
+    )
+    again = out_of_fold_prompt_success(rewritten, questions, seats, folds=3, settings=FAST_WORLD_MODEL)
+    assert again[target] == shown[target]
+    assert any(again[q] != shown[q] for q in shown if q != target)
 
 
 def test_pruning_skips_questions_w_predicts_everyone_or_no_one_solves() -> None:

@@ -1,0 +1,379 @@
+"""The learnability ladder: rungs of the routing problem with optima known from the recordings,
+each trained by the project's own path (warm start, GRPO probe and gate, GRPO on replay with the
+real reward), to find where the CPU conductor stops learning and why.
+
+    .venv/bin/python -m benchmarks.learnability [--rungs R1 R3] [--steps 150] [--group 8] [--questions 2]
+
+Rungs (`RUNGS`): R1 one catalogue in the pool file's order (the policy need only learn a constant),
+R2 shuffled sub-pools with workers by name, R3 shuffled sub-pools with ordinal names (the paper's
+setting and the default), R4 R3 with W's out-of-fold P(success) next to each worker, R5 the vote
+pool (fan out and aggregate). Per rung it reports, on the rung's own training prompts:
+
+- the best static policy's expected reward (every preference order over single workers, and the
+  vote over the best k shown workers where a vote is shown), computed from the recorded answers;
+- the warm start's and the trained policy's reward on a fixed set of those prompts (sampled at the
+  training temperature, executed and graded like rollouts), paired per prompt, and the trained
+  policy's reward per GRPO step;
+- where their steps went, by worker and by catalogue position, early and late in training;
+- how many rollouts it took to close half of the gap between the warm start and the static optimum.
+
+It reads a finished default run (`make run`: the warehouse and its probes under the artifacts
+root), works on a copy under --workdir, and prints one markdown table and a JSON record per rung.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from conductor_pipeline.paths import ARTIFACTS_ENV, artifacts_root
+from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
+
+DEFAULT_WORKDIR = Path("/tmp/learnability")
+# Prompts and samples of the fixed evaluation of the warm start and the trained policy.
+EVAL_PROMPTS = 64
+EVAL_SAMPLES = 8
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    what: str
+    pool: str = "replay-mixed6"
+    trainer: Mapping[str, object] = field(default_factory=dict)
+
+
+RUNGS = {
+    rung.name: rung
+    for rung in (
+        Rung("R1", "one catalogue in pool-file order, no sub-pools (learn a constant)", trainer={"randomize_pools": False}),
+        Rung("R2", "shuffled sub-pools, workers shown by name", trainer={"naming": "names"}),
+        Rung("R3", "shuffled sub-pools, ordinal names with descriptions (the paper's; the default)"),
+        Rung("R4", "R3 with W's out-of-fold P(success) next to each worker", trainer={"show_predicted_success": True}),
+        Rung("R5", "the vote pool: fan out and aggregate", pool="replay-mixed6-vote"),
+    )
+}
+
+
+# ---------------------------------------------------------------------------- static policies
+
+
+def static_optimum(
+    rows: Sequence[Mapping], answers: Mapping[tuple[str, str], tuple[str | None, bool]], ranked: Sequence[str],
+    aggregators: Sequence[str], variant: str,
+) -> dict[str, object]:
+    """The best static policy's expected reward on `rows` (each a prompt: question and the workers
+    it showed): every preference order over the solo workers (route to the first one shown), and
+    the vote over the best k shown workers (by `ranked`, train-split accuracy) where a vote is shown."""
+    from conductor_pipeline.evaluation.vote import majority_index
+    from conductor_pipeline.training.reward import REWARD_TABLE
+
+    unparseable, wrong, right = REWARD_TABLE[variant]
+    solo = [w for w in ranked if w not in aggregators]
+
+    def reward(correct: bool) -> float:
+        return right if correct else wrong
+
+    by_order = {}
+    for order in itertools.permutations(solo):
+        total = 0.0
+        for row in rows:
+            shown = [w for w in order if w in row["workers"]]
+            total += reward(answers[(row["question_id"], shown[0])][1]) if shown else unparseable
+        by_order[order] = total / len(rows)
+    best_order = max(by_order, key=by_order.get)
+    uniform = statistics.mean(
+        statistics.mean(reward(answers[(row["question_id"], w)][1]) for w in row["workers"] if w in solo) for row in rows
+    )
+    best = {"policy": f"always the first shown of {' > '.join(best_order)}", "reward": by_order[best_order]}
+    votes = {}
+    if aggregators:
+        for k in range(2, len(solo) + 1):
+            total = 0.0
+            for row in rows:
+                shown = [w for w in ranked if w in row["workers"] and w in solo][:k]
+                if any(a in row["workers"] for a in aggregators) and len(shown) >= 2:
+                    voters = [answers[(row["question_id"], w)] for w in shown]
+                    chosen = majority_index([answer for answer, _ in voters])
+                    total += reward(voters[chosen][1])
+                else:
+                    total += reward(answers[(row["question_id"], shown[0])][1]) if shown else unparseable
+            votes[k] = total / len(rows)
+        k_best = max(votes, key=votes.get)
+        if votes[k_best] > best["reward"]:
+            best = {"policy": f"vote over the best {k_best} shown (else the best shown)", "reward": votes[k_best]}
+    return {**best, "best_single_order": list(best_order), "vote_by_k": votes, "uniform_over_shown": uniform}
+
+
+# ---------------------------------------------------------------------------- the rung's runs
+
+
+def _materialize_training(rung: Rung, artifacts: Path, trainer: dict) -> dict[str, dict]:
+    """The training chain (contested set, warm start, probe and its gate, GRPO) for one rung, as
+    `make run` would materialize it; returns each asset's metadata."""
+    import dagster as dg
+
+    from assets.training import TRAINING_ASSETS, TRAINING_CHECKS, pass_rates
+    from resources.pool import PoolResource
+    from resources.trainer import TrainerResource
+    from resources.warehouse import WarehouseResource
+
+    result = dg.materialize(
+        [*TRAINING_ASSETS, *TRAINING_CHECKS, pass_rates],
+        selection=dg.AssetSelection.assets(*TRAINING_ASSETS),
+        resources={
+            "warehouse": WarehouseResource(database=str(artifacts / "warehouse.duckdb"), artifacts_root=str(artifacts)),
+            "pool": PoolResource(pool=rung.pool),
+            "trainer": TrainerResource(output_root=str(artifacts / "training"), **trainer),
+        },
+        raise_on_error=False,
+    )
+    metadata = {}
+    for event in result.get_asset_materialization_events():
+        metadata[event.asset_key.to_user_string()] = {k: v.value for k, v in event.materialization.metadata.items()}
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    return {"assets": metadata, "checks": checks, "success": result.success}
+
+
+def _probe_pool(pool: str, artifacts: Path) -> None:
+    """Probe a pool the source run did not (free on replay): `make run`'s probe job, headless."""
+    env = {**os.environ, ARTIFACTS_ENV: str(artifacts), "DAGSTER_HOME": str(artifacts / ".dagster_home")}
+    (artifacts / ".dagster_home").mkdir(exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "assets.main", "--pool", pool, "--only", "probe_job"], env=env, check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def evaluate_policy(model: Path, rows: Sequence[dict], executor, settings) -> list[list[float]]:
+    """Rewards of `samples` completions of each prompt row, sampled like rollouts and executed on the
+    pool without recording them."""
+    from conductor_pipeline.conductor.policies import HFLocalPolicy
+    from conductor_pipeline.training.reward import reward_for
+    from conductor_pipeline.training.rollouts import execute_samples, sample_completions
+
+    async def run() -> list:
+        policy = HFLocalPolicy(model, device="cpu")
+        try:
+            sampled = await sample_completions(policy, rows, EVAL_SAMPLES, settings.max_completion_length)
+        finally:
+            await policy.aclose()
+        return await execute_samples(executor, sampled)
+
+    verdicts = asyncio.run(run())
+    rewards = [reward_for(v, settings.reward_variant) for v in verdicts]
+    return [rewards[i * EVAL_SAMPLES:(i + 1) * EVAL_SAMPLES] for i in range(len(rows))]
+
+
+def paired_difference(first: Sequence[Sequence[float]], second: Sequence[Sequence[float]], seed: int = 0) -> dict:
+    """Mean reward of `second` minus `first`, paired per prompt, with a 95% bootstrap interval over prompts."""
+    a = np.array([np.mean(r) for r in first])
+    b = np.array([np.mean(r) for r in second])
+    difference = b - a
+    draws = np.random.default_rng(seed).integers(0, len(difference), (2000, len(difference)))
+    low, high = np.percentile(difference[draws].mean(axis=1), [2.5, 97.5])
+    return {"first": float(a.mean()), "second": float(b.mean()), "difference": float(difference.mean()),
+            "low": float(low), "high": float(high)}
+
+
+def choices(frame, steps: tuple[int, int], answers: Mapping) -> dict[str, object]:
+    """Parse rate, the parsed rollouts' final workers by identity and by catalogue position, and
+    their accuracy, over the rollouts of the steps in `steps` (inclusive)."""
+    part = frame.filter((frame["training_step"] >= steps[0]) & (frame["training_step"] <= steps[1]))
+    parsed = part.filter(part["parse_code"] == "ok")
+    by_worker, by_position = Counter(), Counter()
+    for row in parsed.iter_rows(named=True):
+        final = row["workers"][-1]
+        by_worker[final] += 1
+        if row["catalogue"] and final in row["catalogue"]:
+            by_position[list(row["catalogue"]).index(final)] += 1
+    n = max(parsed.height, 1)
+    return {
+        "rollouts": part.height,
+        "parse_rate": parsed.height / part.height if part.height else None,
+        "parsed_accuracy": float(parsed["correct"].cast(float).mean()) if parsed.height else None,
+        "final_by_worker": {w: round(c / n, 3) for w, c in sorted(by_worker.items())},
+        "final_by_position": {p: round(c / n, 3) for p, c in sorted(by_position.items())},
+    }
+
+
+def rollouts_to_half_gap(step_rewards: Sequence[float], warm: float, optimum: float, per_step: int) -> int | None:
+    """Rollouts until the reward, smoothed over a tenth of the run, first closes half of the gap
+    between the warm start and the static optimum; None when it never does."""
+    if optimum <= warm or not step_rewards:
+        return None
+    window = max(5, len(step_rewards) // 10)
+    target = warm + (optimum - warm) / 2
+    for end in range(window, len(step_rewards) + 1):
+        if statistics.mean(step_rewards[end - window:end]) >= target:
+            return end * per_step
+    return None
+
+
+def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
+    from conductor_pipeline.pools.backends.registry import build_workers
+    from conductor_pipeline.pools.config import load_pool
+    from conductor_pipeline.probing.pass_rates import pass_rate_table
+    from conductor_pipeline.splits import train_split_rows
+    from conductor_pipeline.training.dataset import build_training_set
+    from conductor_pipeline.training.rollouts import PoolExecutor
+    from conductor_pipeline.warehouse import Warehouse
+    from resources.trainer import TrainerResource
+
+    artifacts = workdir / rung.name
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir(parents=True)
+    shutil.copy2(source / "warehouse.duckdb", artifacts / "warehouse.duckdb")
+    store = Warehouse(artifacts / "warehouse.duckdb")
+    pool = load_pool(rung.pool)
+    if store.query_file("pass_rates", {"pool": pool.name}).is_empty():
+        _probe_pool(rung.pool, artifacts)
+    trainer_knobs = {**budget, **rung.trainer}
+    started = time.monotonic()
+    materialized = _materialize_training(rung, artifacts, trainer_knobs)
+    elapsed = time.monotonic() - started
+    trainer = TrainerResource(output_root=str(artifacts / "training"), **trainer_knobs)
+    settings = trainer.grpo_settings()
+    training = build_training_set(
+        store, pool, artifacts / "contested_set", naming=trainer.naming, n_examples=trainer.n_prompt_examples,
+        contested_subpools=trainer.contested_subpools, show_predicted_success=trainer.show_predicted_success,
+    )
+    rows = training.prompt_rows(settings)
+    answers = {
+        (r["question_id"], r["worker"]): (r["extracted_answer"], bool(r["correct"]))
+        for r in store.query_file("probe_answers", {"pool": pool.name}).iter_rows(named=True)
+    }
+    rates = train_split_rows(pass_rate_table(store, pool.name), pool.worker_names)
+    ranked = [w for w, _ in sorted(
+        ((w, rates.filter(rates["worker"] == w)["pass_rate"].mean()) for w in rates["worker"].unique().to_list()),
+        key=lambda item: (-item[1], item[0]),
+    )]
+    aggregators = [seat.name for seat in pool.workers if seat.is_vote]
+    optimum = static_optimum(rows, answers, ranked, aggregators, settings.reward_variant)
+    record: dict[str, object] = {
+        "rung": rung.name, "what": rung.what, "pool": rung.pool, "trainer": trainer_knobs, "static": optimum,
+        "checks": materialized["checks"], "elapsed_s": round(elapsed, 1),
+    }
+    checkpoint = materialized["assets"].get("conductor_checkpoint")
+    if checkpoint is None:
+        record["verdict"] = f"not trained: {materialized['checks']}"
+        return record
+    run_id = checkpoint["training_run_id"]
+    steps = store.query_file("training_steps_of_run", {"run_id": run_id})
+    step_rewards = [float(r) for r in steps["reward_mean"].to_list()]
+    workers = build_workers(pool, [seat.name for seat in pool.workers if not seat.is_conductor])
+    executor = PoolExecutor(pool, workers, training.questions, trainer.naming, max_new_tokens=settings.max_completion_length)
+    fixed = rows[:EVAL_PROMPTS]
+    warm = evaluate_policy(trainer.start_policy_path(pool.name), fixed, executor, settings)
+    trained = evaluate_policy(Path(checkpoint["checkpoint_path"]), fixed, executor, settings)
+    per_step = settings.rollouts_per_step
+    frame = store.query_file("rollout_choices", {"run_id": run_id})
+    last = int(frame["training_step"].max())
+    quarter = max(1, last // 4)
+    record.update(
+        run_id=run_id, steps=last, rollouts=last * per_step, grpo_seconds=checkpoint.get("elapsed_s"),
+        reward_per_step=step_rewards,
+        fixed_prompts={"prompts": len(fixed), "samples": EVAL_SAMPLES, **paired_difference(warm, trained)},
+        first_quarter=choices(frame, (1, quarter), answers), last_quarter=choices(frame, (last - quarter + 1, last), answers),
+        rollouts_to_half_gap=rollouts_to_half_gap(
+            step_rewards, statistics.mean(map(np.mean, warm)), optimum["reward"], per_step
+        ),
+    )
+    record["verdict"] = verdict(record)
+    return record
+
+
+def verdict(record: Mapping) -> str:
+    """learns routing / learns only the format / learns nothing, from the fixed-prompt reward and
+    the parsed rollouts' accuracy early and late in training."""
+    fixed, first, last = record["fixed_prompts"], record["first_quarter"], record["last_quarter"]
+    moved = fixed["low"] > 0
+    routing = (last["parsed_accuracy"] or 0) - (first["parsed_accuracy"] or 0)
+    parsing = (last["parse_rate"] or 0) - (first["parse_rate"] or 0)
+    if moved and routing > 0.05:
+        return f"learns routing (+{routing:.2f} parsed accuracy, reward {fixed['difference']:+.3f})"
+    if moved:
+        return f"learns the format, not routing (parse {parsing:+.2f}, parsed accuracy {routing:+.2f})"
+    return f"does not learn (reward {fixed['difference']:+.3f} [{fixed['low']:+.3f}, {fixed['high']:+.3f}])"
+
+
+def table(records: Sequence[Mapping]) -> str:
+    lines = [
+        "| rung | static optimum (reward) | uniform over shown | warm start | trained | trained - warm [95% CI] | "
+        "parse rate first / last quarter | parsed accuracy first / last | rollouts | to half the gap | verdict |",
+        "|---|---|---:|---:|---:|---|---|---|---:|---:|---|",
+    ]
+    for r in records:
+        static = r["static"]
+        if "fixed_prompts" not in r:
+            lines.append(f"| {r['rung']} | {static['reward']:.3f} | {static['uniform_over_shown']:.3f} | | | | | | | | "
+                         f"{r['verdict']} |")
+            continue
+        fixed, first, last = r["fixed_prompts"], r["first_quarter"], r["last_quarter"]
+        half = r["rollouts_to_half_gap"]
+        lines.append(
+            f"| {r['rung']} | {static['reward']:.3f} ({static['policy']}) | {static['uniform_over_shown']:.3f} | "
+            f"{fixed['first']:.3f} | {fixed['second']:.3f} | {fixed['difference']:+.3f} [{fixed['low']:+.3f}, "
+            f"{fixed['high']:+.3f}] | {first['parse_rate']:.2f} / {last['parse_rate']:.2f} | "
+            f"{_fmt(first['parsed_accuracy'])} / {_fmt(last['parsed_accuracy'])} | {r['rollouts']:,} | "
+            f"{'not reached' if half is None else f'{half:,}'} | {r['verdict']} |"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", type=Path, default=None, help="a finished default run's artifacts root")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS))
+    parser.add_argument("--steps", type=int, default=150, help="GRPO steps per rung")
+    parser.add_argument("--group", type=int, default=8, help="rollouts per question")
+    parser.add_argument("--questions", type=int, default=2, help="questions per step")
+    parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KNOB=JSON",
+                        help="a trainer knob for every rung, e.g. --set reward_variant='\"strict\"'")
+    parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS)
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON records here")
+    args = parser.parse_args(argv)
+    make_reproducible(torch_threads=args.torch_threads)
+    source = args.source or artifacts_root()
+    if not (source / "warehouse.duckdb").is_file():
+        parser.error(f"no finished default run under {source}: run `make run`")
+    budget: dict[str, object] = {"max_steps": args.steps, "num_generations": args.group, "questions_per_step": args.questions}
+    if args.learning_rate is not None:
+        budget["learning_rate"] = args.learning_rate
+    budget.update((k, json.loads(v)) for k, v in (item.split("=", 1) for item in args.set))
+    records = []
+    for name in args.rungs:
+        record = run_rung(RUNGS[name], source, args.workdir, budget)
+        records.append(record)
+        print(f"{name}: {record['verdict']}", flush=True)
+        if args.out is not None:
+            args.out.write_text(json.dumps(records, indent=1, default=str))
+    print("\n" + table(records))
+    for record in records:
+        print("\n" + json.dumps({k: v for k, v in record.items() if k != "reward_per_step"}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

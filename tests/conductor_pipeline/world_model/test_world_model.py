@@ -11,9 +11,9 @@ import pytest
 
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
+from conductor_pipeline.splits import split_of
 from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
 from conductor_pipeline.world_model.features import TfidfSvdText, build_features
-from conductor_pipeline.splits import split_of
 from conductor_pipeline.world_model.hooks import (
     audit_pruning,
     out_of_fold_prompt_success,

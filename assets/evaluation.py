@@ -34,6 +34,7 @@ from pydantic import Field
 from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
+from conductor_pipeline.conductor.prompt import read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
 from conductor_pipeline.evaluation.costs import RoutingPredictions
@@ -164,10 +165,11 @@ def _conductor_resources(
     config: EvalArmsConfig, conductor: ConductorPolicyResource, trained: Sequence[TrainedPolicy]
 ) -> list[ConductorPolicyResource]:
     """The conductor resource (unless it is the untrained default), the configured checkpoints
-    (prompted like it) and the trained policies (prompted as they were trained)."""
+    (prompted as they were trained when their folder records it, `read_trained_prompt`, else like
+    the resource) and the trained policies (prompted as they were trained)."""
     chosen = [conductor] if config.use_conductor_resource and (config.include_untrained or not conductor.untrained) else []
     paths = list(dict.fromkeys(config.conductor_checkpoints))
-    chosen += [conductor.with_checkpoint(path) for path in paths]
+    chosen += [conductor.with_checkpoint(path, read_trained_prompt(path)) for path in paths]
     for policy in trained:
         if policy.path not in paths:
             paths.append(policy.path)

@@ -281,8 +281,11 @@ def is_blocking_check_failure(error) -> bool:
     return False
 
 
-def print_headlines(instance: dg.DagsterInstance) -> None:
+def print_headlines(instance: dg.DagsterInstance, assets: Sequence[str] | None = None) -> None:
+    """The headline entries of each asset's latest materialization (of `assets` only, when given)."""
     for asset, entries in HEADLINES:
+        if assets is not None and asset not in assets:
+            continue
         metadata = latest_metadata(instance, asset)
         if metadata is None:
             continue

@@ -30,6 +30,7 @@ from assets.metadata import png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
 from conductor_pipeline.conductor.policies import policy_fingerprint
+from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
@@ -122,13 +123,21 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
         )
 
 
-def _prompt_metadata(trainer: TrainerResource, settings: GRPOSettings) -> dict[str, dg.MetadataValue]:
-    """How the policy was prompted and sampled in training: evaluation prompts it the same way."""
-    return {"prompt": dg.MetadataValue.json({
+def _trained_prompt(trainer: TrainerResource, settings: GRPOSettings) -> dict[str, object]:
+    """How the policy is prompted and sampled in training: evaluation prompts it the same way."""
+    return {
         "naming": trainer.naming, "n_examples": trainer.n_prompt_examples,
         "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
         "show_predicted_success": trainer.show_predicted_success,
-    })}
+    }
+
+
+def _prompt_metadata(trainer: TrainerResource, settings: GRPOSettings, model_folder: Path) -> dict[str, dg.MetadataValue]:
+    """The training prompt as metadata, also written beside the weights (`write_trained_prompt`), so
+    a checkpoint evaluated by path on any pool is prompted as it was trained."""
+    prompt = _trained_prompt(trainer, settings)
+    write_trained_prompt(model_folder, prompt)
+    return {"prompt": dg.MetadataValue.json(prompt)}
 
 
 def _device(trainer: TrainerResource) -> str:
@@ -406,13 +415,13 @@ def warm_start_policy(
             "parse_rate_before": dg.MetadataValue.float(before),
             "parse_codes_before": dg.MetadataValue.json(codes_before),
             "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
-            **_prompt_metadata(trainer, settings),
             **_pruning_metadata(training),
         }
         if not trainer.sft_warm_start:
             context.log.info("warm start disabled: GRPO starts from the base policy")
             return dg.MaterializeResult(metadata={
                 **metadata, **_telemetry_metadata(training.store, check_run_id),
+                "prompt": dg.MetadataValue.json(_trained_prompt(trainer, settings)),
                 "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
             })
         style = trainer.warm_start_style
@@ -444,6 +453,7 @@ def warm_start_policy(
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
         **_telemetry_metadata(training.store, check_run_id),
+        **_prompt_metadata(trainer, settings, out),
     )
     png = sft_loss_png(history)
     if png is not None:
@@ -623,7 +633,7 @@ def conductor_checkpoint(
             "gate": dg.MetadataValue.json(verdict.summary()),
             "settings": dg.MetadataValue.json(settings.describe()),
             "device": dg.MetadataValue.text(device),
-            **_prompt_metadata(trainer, settings),
+            **_prompt_metadata(trainer, settings, output_dir),
             **_pruning_metadata(training),
             **_probe_audit_metadata(manifest),
             **_run_metadata(

@@ -107,6 +107,33 @@ def displayed_worker_names(catalogue: CatalogueLike, naming: Naming) -> list[str
     raise ValueError(f"naming must be 'names' or 'ordinal', got {naming!r}")
 
 
+# Beside a trained policy's weights: how it was prompted and sampled in training (naming, in-context
+# examples, completion cap, temperature, W's numbers), so any later evaluation prompts it the same way.
+TRAINED_PROMPT_FILE = "conductor_prompt.json"
+
+
+def write_trained_prompt(folder: str | Path, prompt: Mapping[str, object]) -> Path:
+    """Record how the policy saved in (or under) `folder` was prompted in training."""
+    import json
+
+    path = Path(folder) / TRAINED_PROMPT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(prompt), indent=1, sort_keys=True))
+    return path
+
+
+def read_trained_prompt(model_dir: str | Path) -> dict[str, object] | None:
+    """How the policy in `model_dir` was trained to be prompted: its own record, or its run
+    folder's (a GRPO checkpoint-N sits in the run's folder); None when neither has one."""
+    import json
+
+    for folder in (Path(model_dir), Path(model_dir).parent):
+        path = folder / TRAINED_PROMPT_FILE
+        if path.is_file():
+            return json.loads(path.read_text())
+    return None
+
+
 # How many leading words of a worker's description name it (enough to tell "Meta Llama 3.1 8B" from
 # "Meta Llama 3.1 405B"): what a conductor can copy from the catalogue to say whom it picks.
 LABEL_WORDS = 4

@@ -1,0 +1,107 @@
+"""Evaluate a trained conductor checkpoint on any pool file, prompted as it was trained.
+
+    .venv/bin/python -m assets.evaluate_checkpoint CHECKPOINT --pool POOL [--slice-size N]
+
+The paper trains on randomised pools so that a conductor routes over worker sets it has not seen;
+this asks whether one did. POOL is a name under data/pools/ or a path to any pool file: other
+workers, the same workers in another order. The pool's corpora and probes are brought up to date as
+`make run` would (only what is missing or stale runs: free on replay pools, paid on hosted ones),
+then `eval_job` runs with the checkpoint as its one conductor arm, in the pool file's order and
+shuffled per question, beside every worker alone, the routers and the votes, and the headline tables
+are printed. The checkpoint is prompted as its folder records it was trained
+(`conductor_prompt.json`, written by the training assets); a folder without that record is prompted
+like the `conductor` resource, with a warning. Runs land in $DAGSTER_HOME like `make run`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import dagster as dg
+
+from assets.definitions import definitions_for
+from assets.deployment import run_tags
+from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
+from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, read_trained_prompt
+from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
+
+# The jobs that bring a pool's questions and probes up to date before its evaluation.
+SETUP_JOBS = ("corpora_job", "probe_job")
+EVAL_JOB = "eval_job"
+# The headlines of this command: the eval tables only.
+EVAL_HEADLINES = ("eval_tables",)
+
+
+def eval_arms_config(checkpoint: Path, slice_size: int | None = None) -> dict[str, object]:
+    """`eval_arms`' config: the checkpoint as the only conductor arm."""
+    config: dict[str, object] = {
+        "conductor_checkpoints": [str(checkpoint)],
+        "use_trained_checkpoint": False,
+        "use_warm_start_policy": False,
+        "use_conductor_resource": False,
+    }
+    if slice_size is not None:
+        config["slice_size"] = slice_size
+    return config
+
+
+def evaluate_checkpoint(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    checkpoint: Path,
+    *,
+    tags: dict[str, str],
+    slice_size: int | None = None,
+    op_config: Mapping[str, Mapping] | None = None,
+    out: Callable[[str], object] = print,
+) -> MainRunReport:
+    """The setup jobs on what is missing or stale, then `eval_job` with the checkpoint as its one
+    conductor arm; `op_config` adds config of other ops (e.g. a smaller probe in tests)."""
+    extra = dict(op_config or {})
+
+    def run_config(job: dg.JobDefinition, assets: Sequence[str]) -> dict:
+        ops = {op: {"config": config} for op, config in extra.items() if op in assets and op != "eval_arms"}
+        if "eval_arms" in assets:
+            ops["eval_arms"] = {"config": {**extra.get("eval_arms", {}), **eval_arms_config(checkpoint, slice_size)}}
+        return {**CONSOLE_INFO, "ops": ops}
+
+    report = run_main_jobs(defs, instance, jobs=list(SETUP_JOBS), tags=tags, run_config=run_config, out=out)
+    if report.failed:
+        return report
+    evaluation = run_main_jobs(defs, instance, jobs=[EVAL_JOB], force=True, tags=tags, run_config=run_config, out=out)
+    return MainRunReport(
+        plans=[*report.plans, *evaluation.plans], failed=evaluation.failed, gated=[*report.gated, *evaluation.gated]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint folder (e.g. .../grpo/<run>/checkpoint-24)")
+    parser.add_argument("--pool", required=True, help="pool name under data/pools/ or a path to a pool file")
+    parser.add_argument("--slice-size", type=int, default=None, help="eval questions (default: eval_arms' default)")
+    parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS)
+    args = parser.parse_args(argv)
+    checkpoint = args.checkpoint.resolve()
+    if not (checkpoint / "config.json").is_file():
+        parser.error(f"{checkpoint} is not a model folder (no config.json)")
+    prompt = read_trained_prompt(checkpoint)
+    if prompt is None:
+        print(f"warning: no {TRAINED_PROMPT_FILE} in {checkpoint} or its parent: prompted like the conductor resource")
+    else:
+        print(f"prompted as trained: {prompt}")
+    make_reproducible(torch_threads=args.torch_threads)
+    instance = dg.DagsterInstance.get()
+    report = evaluate_checkpoint(
+        definitions_for(args.pool), instance, checkpoint, tags=run_tags(args.pool), slice_size=args.slice_size
+    )
+    print_headlines(instance, assets=EVAL_HEADLINES)
+    if report.failed:
+        print(f"\nFAILED steps: {', '.join(report.failed)}")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

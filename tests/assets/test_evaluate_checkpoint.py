@@ -1,0 +1,66 @@
+"""A checkpoint trained on one pool is evaluated on another pool file, prompted as it was trained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from assets.definitions import build_definitions
+from assets.evaluate_checkpoint import evaluate_checkpoint
+from assets.metadata import latest_metadata
+from conductor_pipeline.conductor.prompt import read_trained_prompt, write_trained_prompt
+from conductor_pipeline.paths import POOLS_DIR
+from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.warehouse import Warehouse
+from resources.conductor import ConductorPolicyResource
+from resources.pool import PoolResource
+from resources.warehouse import WarehouseResource
+from tests.shared_data import require_shared_data
+
+TRAINED = {"naming": "ordinal", "n_examples": 0, "max_new_tokens": 24, "temperature": 1.0, "show_predicted_success": False}
+SMALL = {
+    "probe_calls": {"max_questions": 60},
+    "eval_arms": {"world_model_router": False, "w_cascade": False, "vote_arms": False},
+}
+
+
+def test_a_checkpoint_folder_records_its_training_prompt_and_its_run_folder_does_for_its_checkpoints(tmp_path):
+    run = tmp_path / "grpo" / "run-1"
+    write_trained_prompt(run, TRAINED)
+    assert read_trained_prompt(run / "checkpoint-24") == TRAINED  # a checkpoint-N reads its run's record
+    assert read_trained_prompt(tmp_path / "elsewhere") is None
+
+
+def test_a_checkpoint_is_evaluated_on_a_pool_file_it_was_not_trained_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train",
+                        "zeroeval_outputs")
+    pool = yaml.safe_load((POOLS_DIR / "replay-mixed6.yaml").read_text())
+    pool["name"], pool["workers"] = "mixed6-reversed", pool["workers"][::-1]
+    pool_file = tmp_path / "mixed6-reversed.yaml"
+    pool_file.write_text(yaml.safe_dump(pool))
+    checkpoint = build_tiny_causal_lm(tmp_path / "run" / "checkpoint-3")
+    write_trained_prompt(checkpoint.parent, TRAINED)
+    project = build_definitions(str(pool_file))
+    defs = dg.Definitions(
+        assets=project.assets, asset_checks=project.asset_checks, jobs=project.jobs,
+        resources={
+            **project.resources,
+            "warehouse": WarehouseResource(database=str(tmp_path / "warehouse.duckdb")),
+            "pool": PoolResource(pool=str(pool_file)),
+            "conductor": ConductorPolicyResource(max_new_tokens=1024, n_examples=4),  # not how it was trained
+        },
+    )
+    with dg.DagsterInstance.ephemeral() as instance:
+        report = evaluate_checkpoint(defs, instance, checkpoint, tags={}, slice_size=6, op_config=SMALL, out=lambda _: None)
+        assert not report.failed
+        arms = latest_metadata(instance, "eval_arms")
+        assert {"conductor:hf:checkpoint-3", "conductor:hf:checkpoint-3@shuffled"} <= set(arms["arms"].value)
+        assert arms["conductor_prompts"].value["hf:checkpoint-3"] == {"model": str(checkpoint), **TRAINED}
+        assert "conductor_pairs" in latest_metadata(instance, "eval_tables")
+    catalogues = Warehouse(tmp_path / "warehouse.duckdb").query(
+        "SELECT catalogue FROM workflows WHERE arm = 'conductor:hf:checkpoint-3'"
+    )["catalogue"].to_list()
+    assert catalogues and all(list(c) == [w["name"] for w in pool["workers"]] for c in catalogues)

@@ -22,7 +22,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Runs land in the project's own Dagster instance, so `make ui` shows them afterwards.
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: setup run run-all test test-slow ui bench bench-default-run lock clean
+.PHONY: setup run run-all train-paper tensorboard test test-slow ui bench bench-default-run lock clean
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -47,6 +47,16 @@ run: setup
 ## Recompute every asset, stale or not.
 run-all: setup
 	$(PY) -m assets.main --force
+
+## The paper's rollout budget on the tiny CPU policy (trainer profile cpu-paper: groups of 64 x 4
+## questions x 200 steps = 51,200 rollouts), then the evaluation, on POOL; curves live in `make tensorboard`.
+POOL ?= replay-mixed6
+train-paper: setup
+	CORYPHAEUS_TRAINER_PROFILE=cpu-paper $(PY) -m assets.main --pool $(POOL)
+
+## Every GRPO run's curves (reward, parse failures, routing, per-worker shares), live, on http://127.0.0.1:6006.
+tensorboard: setup
+	$(VENV)/bin/tensorboard --logdir $${CORYPHAEUS_ARTIFACTS:-$(CURDIR)/artifacts}/training --host 127.0.0.1 --port 6006
 
 ## The test suite (offline; reads ../shared/data), on TEST_WORKERS processes (pytest-xdist; every test
 ## has its own tmp folder, artifacts root and Dagster instance, so they do not share files).

@@ -184,6 +184,17 @@ def _executor(
     )
 
 
+def _observe_progress(context: dg.AssetExecutionContext) -> Callable[[dict], None]:
+    """Each progress report of a running GRPO run as an observation of the asset, so the UI plots
+    step, rollouts per second and the reward trend while the run goes (a GPU run lasts hours)."""
+
+    def observe(figures: dict) -> None:
+        numbers = {key: float(value) for key, value in figures.items() if isinstance(value, (int, float))}
+        context.log_event(dg.AssetObservation(asset_key=context.asset_key, metadata=numbers))
+
+    return observe
+
+
 @contextmanager
 def _telemetry(store: Warehouse) -> Iterator[RowBuffer]:
     """The buffer a step's rollouts are recorded through; everything held is written before the step ends."""
@@ -494,6 +505,7 @@ def grpo_probe_run(
             run_pool_grpo(
                 start_policy, training, executor, settings, output_dir,
                 run_id=probe_run_id, phase="probe", resume=True, log=context.log.info,
+                progress=_observe_progress(context),
             )
             pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions, device)
         if pruning is not None:
@@ -610,6 +622,7 @@ def conductor_checkpoint(
         outcome = run_pool_grpo(
             start_policy, training, executor, settings, output_dir,
             run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=trainer.time_limit_s,
+            progress=_observe_progress(context),
         )
     elapsed = time.monotonic() - started
     context.log.info(
@@ -629,6 +642,7 @@ def conductor_checkpoint(
             "stopped_early": dg.MetadataValue.bool(outcome.stopped_early),
             "group_size": dg.MetadataValue.int(outcome.group_size),
             "training_run_id": dg.MetadataValue.text(run_id),
+            "tensorboard_logdir": dg.MetadataValue.path(str(output_dir / "runs")),
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
             "gate": dg.MetadataValue.json(verdict.summary()),
             "settings": dg.MetadataValue.json(settings.describe()),

@@ -11,6 +11,7 @@ on purpose); `gpu`, the paper's run (Qwen2.5-Instruct, vLLM rollouts). Nothing s
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -61,13 +62,26 @@ GPU_PROMPT_EXAMPLES = 4
 # conductor_pipeline.training.synthetic).
 CPU_SYNTHETIC_STYLE: SyntheticStyle = "compact"
 GPU_SYNTHETIC_STYLE: SyntheticStyle = "paper"
-Profile = Literal["cpu", "cpu-smollm2", "gpu"]
+Profile = Literal["cpu", "cpu-paper", "cpu-smollm2", "gpu"]
 # Per profile: its default policy, GRPO and SFT settings, prompt examples and warm-start style.
-PROFILE_POLICY: dict[str, str] = {"cpu": TINY_POLICY, "cpu-smollm2": SMOLLM2_POLICY, "gpu": PAPER_POLICY}
-PROFILE_PROMPT_EXAMPLES: dict[str, int] = {"cpu": CPU_PROMPT_EXAMPLES, "cpu-smollm2": CPU_PROMPT_EXAMPLES, "gpu": GPU_PROMPT_EXAMPLES}
-PROFILE_SYNTHETIC_STYLE: dict[str, SyntheticStyle] = {
-    "cpu": CPU_SYNTHETIC_STYLE, "cpu-smollm2": GPU_SYNTHETIC_STYLE, "gpu": GPU_SYNTHETIC_STYLE,
+PROFILE_POLICY: dict[str, str] = {
+    "cpu": TINY_POLICY, "cpu-paper": TINY_POLICY, "cpu-smollm2": SMOLLM2_POLICY, "gpu": PAPER_POLICY,
 }
+PROFILE_PROMPT_EXAMPLES: dict[str, int] = {
+    "cpu": CPU_PROMPT_EXAMPLES, "cpu-paper": CPU_PROMPT_EXAMPLES, "cpu-smollm2": CPU_PROMPT_EXAMPLES,
+    "gpu": GPU_PROMPT_EXAMPLES,
+}
+PROFILE_SYNTHETIC_STYLE: dict[str, SyntheticStyle] = {
+    "cpu": CPU_SYNTHETIC_STYLE, "cpu-paper": CPU_SYNTHETIC_STYLE, "cpu-smollm2": GPU_SYNTHETIC_STYLE,
+    "gpu": GPU_SYNTHETIC_STYLE,
+}
+# The trainer profile a run uses unless its config says otherwise: `make train-paper` sets cpu-paper.
+TRAINER_PROFILE_ENV = "CORYPHAEUS_TRAINER_PROFILE"
+
+
+def default_trainer_profile() -> str:
+    """`$CORYPHAEUS_TRAINER_PROFILE`, else the embedded default `cpu`; read when the resource is built."""
+    return os.environ.get(TRAINER_PROFILE_ENV) or "cpu"
 LORA_HELP = settings_help(LoraSettings)
 # Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
 PRUNE_AUDIT_QUESTIONS = 8
@@ -101,9 +115,11 @@ class TrainerResource(dg.ConfigurableResource):
     """
 
     profile: Profile = Field(
-        "cpu",
-        description="cpu: tiny offline policy (CI, laptops; seconds per step); cpu-smollm2: SmolLM2-135M-Instruct, "
-        "a real pretrained model from the package index (minutes per step); gpu: Qwen2.5 + vLLM",
+        default_factory=default_trainer_profile,
+        description="cpu: tiny offline policy (CI, laptops; seconds per step); cpu-paper: the same policy at the "
+        "paper's budget (groups of 64 x 4 questions x 200 steps); cpu-smollm2: SmolLM2-135M-Instruct, a real "
+        f"pretrained model from the package index (minutes per step); gpu: Qwen2.5 + vLLM (default ${TRAINER_PROFILE_ENV}, "
+        "else cpu)",
     )
     output_root: str = Field(
         default_factory=lambda: str(artifacts_root() / "training"),
@@ -219,7 +235,9 @@ class TrainerResource(dg.ConfigurableResource):
         else:
             if self.policy_model:
                 overrides["policy_model"] = self.policy_model
-            profile = GRPOSettings.cpu_smollm2_profile if self.profile == "cpu-smollm2" else GRPOSettings.cpu_profile
+            profile = {
+                "cpu-smollm2": GRPOSettings.cpu_smollm2_profile, "cpu-paper": GRPOSettings.cpu_paper_profile,
+            }.get(self.profile, GRPOSettings.cpu_profile)
             settings = profile(**overrides)
         # One optimizer step per generation batch needs batch | rollouts; shrink the micro-batch if not.
         if settings.rollouts_per_step % (settings.per_device_train_batch_size * settings.num_processes):

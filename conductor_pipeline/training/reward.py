@@ -59,6 +59,10 @@ class RolloutVerdict:
     cost_usd: float = 0.0
     # The world model's P(success) for the worker whose answer is final; None when W is not used.
     expected_success: float | None = None
+    # The worker whose answer is final (None unparsed), and whether the workflow fanned out to several
+    # workers and aggregated them with a vote seat (None on a pool without one): what the curves show.
+    final_worker: str | None = None
+    fans_out: bool | None = None
 
     @property
     def infrastructure_failure(self) -> bool:
@@ -176,7 +180,25 @@ class _ConductorRewardBase:
             same_correctness = frac_groups_without_signal([correctness(v) for v in verdicts], self.group_size)
             if same_correctness is not None:
                 log_metric("conductor/frac_same_correctness", same_correctness)
+            for name, value in routing_metrics(verdicts).items():
+                log_metric(f"conductor/{name}", value)
         return rewards
+
+
+def routing_metrics(verdicts: Sequence[RolloutVerdict | None]) -> dict[str, float]:
+    """What a step's scored, parsed rollouts routed to: their accuracy (`parsed_accuracy`, the
+    routing curve once the format is learnt), each final worker's share (`final_worker/<name>`) and,
+    on a pool with a vote seat, the share that fanned out and aggregated (`fan_out_share`)."""
+    parsed = [v for v in verdicts if v is not None and v.parse_code == PARSE_OK and v.correct is not None]
+    if not parsed:
+        return {}
+    metrics = {"parsed_accuracy": sum(bool(v.correct) for v in parsed) / len(parsed)}
+    for worker, count in Counter(v.final_worker for v in parsed if v.final_worker).items():
+        metrics[f"final_worker/{worker}"] = count / len(parsed)
+    flags = [v.fans_out for v in parsed if v.fans_out is not None]
+    if flags:
+        metrics["fan_out_share"] = sum(flags) / len(flags)
+    return metrics
 
 
 def correctness(verdict: RolloutVerdict | None) -> float | None:

@@ -169,6 +169,7 @@ class PoolExecutor:
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
         self._predicted: dict[str, dict[str, float]] = {}
+        self._aggregators = frozenset(seat.name for seat in pool_config.workers if seat.is_vote)
         self._orchestrators: dict[tuple[int, int, int], Orchestrator] = {}
         self._governors: dict[int, Governor] = {}
         self.observed: dict[str, list[RolloutVerdict]] = {}
@@ -208,7 +209,8 @@ class PoolExecutor:
         final_worker = record.workers[-1] if parsed else None
         verdict = RolloutVerdict(
             record.parse_code, record.correct if parsed else None, cost_usd=record.cost_usd or 0.0,
-            expected_success=self._expected(question, final_worker),
+            expected_success=self._expected(question, final_worker), final_worker=final_worker,
+            fans_out=self._fans_out(orchestrator, output.text, row["workers"]) if parsed and self._aggregators else None,
         )
         self.observed.setdefault(row["question_id"], []).append(verdict)
         return verdict
@@ -222,6 +224,11 @@ class PoolExecutor:
         """Write every held row to the warehouse (before a checkpoint, at the end of a run, before reading back)."""
         if self.log is not None:
             self.log.buffer.flush()
+
+    def _fans_out(self, orchestrator: Orchestrator, text: str, shown: Sequence[str]) -> bool:
+        """Whether a parsed workflow's final step is a vote seat that saw at least two results."""
+        final = orchestrator.parse(text, shown_workers=shown).steps[-1]
+        return final.worker in self._aggregators and len(final.sees) >= 2
 
     def _expected(self, question: Question, worker: str | None) -> float | None:
         if self.predict_success is None or worker is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -214,6 +214,34 @@ def forget_steps_after_checkpoint(store: Warehouse, run_id: str, output_dir: Pat
     return resume_step
 
 
+# Steps averaged at each end of a run for its reward trend.
+TREND_WINDOW = 10
+
+
+def progress_figures(steps: Sequence[Mapping], elapsed_s: float, settings: GRPOSettings) -> dict[str, object]:
+    """Where a running GRPO run stands, from the step rows it logged in this process: its step,
+    rollouts per second, and the reward and parsed accuracy over its first and its latest steps."""
+    window = min(TREND_WINDOW, len(steps))
+
+    def mean(rows: Sequence[Mapping], key: str) -> float | None:
+        values = [float(v) for r in rows if (v := r.get(key, r.get("trl_logs", {}).get(key))) is not None]
+        values = [v for v in values if not math.isnan(v)]
+        return sum(values) / len(values) if values else None
+
+    accuracy = "conductor/parsed_accuracy"
+    return {
+        "step": int(steps[-1]["step"]),
+        "max_steps": settings.max_steps,
+        "rollouts_per_s": len(steps) * settings.rollouts_per_step / max(elapsed_s, 1e-9),
+        "window": window,
+        "reward_first": mean(steps[:window], "reward_mean"),
+        "reward_recent": mean(steps[-window:], "reward_mean"),
+        "parsed_accuracy_first": mean([s["trl_logs"] for s in steps[:window]], accuracy),
+        "parsed_accuracy_recent": mean([s["trl_logs"] for s in steps[-window:]], accuracy),
+        "parse_fail_rate": steps[-1].get("parse_fail_rate"),
+    }
+
+
 def run_pool_grpo(
     model_path: Path | str,
     training: TrainingSet,
@@ -226,12 +254,14 @@ def run_pool_grpo(
     resume: bool,
     log: Callable[[str], object],
     time_limit_s: float | None = None,
+    progress: Callable[[dict], object] | None = None,
 ) -> TrainingOutcome:
     """GRPO on the training set with rollouts executed against the pool; one warehouse row per step.
 
     The rollouts the executor records are written before each checkpoint and when the run ends
     (`PoolExecutor.write_rows`). Stops early (with a checkpoint) once `time_limit_s` has passed; `log`
-    gets the progress lines.
+    gets the progress lines and `progress` the same figures as a dict (`progress_figures`), at most
+    every PROGRESS_LOG_INTERVAL_S and at the last step.
     """
     rows = training.prompt_rows(settings)
     reward = make_conductor_reward(
@@ -240,20 +270,25 @@ def run_pool_grpo(
     )
     started = time.monotonic()
     last_log = [0.0]
-    first_step: list[int] = []
+    history: list[dict] = []
 
     def on_step(step: dict) -> bool:
         training.store.insert("training_steps", [training_steps_row(run_id, phase, step)])
-        first_step[:1] = first_step[:1] or [step["step"]]
+        history.append(step)
         elapsed = time.monotonic() - started
-        done = step["step"] - first_step[0] + 1
         if elapsed - last_log[0] >= PROGRESS_LOG_INTERVAL_S or step["step"] >= settings.max_steps:
             last_log[0] = elapsed
+            figures = progress_figures(history, elapsed, settings)
             log(
-                f"{phase} {run_id}: step {step['step']}/{settings.max_steps} ({elapsed / done:.1f} s/step); "
-                f"reward {format_metric(step.get('reward_mean'))}, zero-std groups {format_metric(step.get('frac_zero_std'))} "
-                f"(group size {settings.num_generations}), parse failures {format_metric(step.get('parse_fail_rate'))}"
+                f"{phase} {run_id}: step {figures['step']}/{settings.max_steps}, {figures['rollouts_per_s']:.1f} "
+                f"rollouts/s; reward {format_metric(figures['reward_first'])} over the first {figures['window']} steps "
+                f"-> {format_metric(figures['reward_recent'])} over the last {figures['window']}; parsed accuracy "
+                f"{format_metric(figures['parsed_accuracy_recent'])}, parse failures "
+                f"{format_metric(step.get('parse_fail_rate'))}, zero-std groups {format_metric(step.get('frac_zero_std'))} "
+                f"(group size {settings.num_generations})"
             )
+            if progress is not None:
+                progress(figures)
         return bool(time_limit_s and elapsed > time_limit_s)
 
     log(

@@ -27,6 +27,8 @@ SMOLLM2_POLICY = "smollm2-135m-instruct"
 # overhead-bound) and the format is learnt in fewer steps; deeper or wider models learnt it slower.
 CPU_POLICY_HIDDEN_SIZE = 128
 CPU_POLICY_LAYERS = 2
+# The cpu-paper profile's GRPO learning rate: the best of a measured sweep at its shape (docs/LOG.md).
+CPU_PAPER_LEARNING_RATE = 1e-4
 # The gpu profile trains low-rank adapters instead of every weight for policies of this many
 # billion parameters or more (read from the model id, e.g. "Qwen2.5-7B-Instruct"): a full 7B
 # fine-tune holds bf16 weights, gradients and two AdamW states (8 bytes a parameter, about 61 GB)
@@ -139,6 +141,9 @@ class GRPOSettings:
         "Run each group's prompt through the policy once, when sampling and in the loss, instead of once per "
         "rollout (conductor_pipeline.training.shared_prompt): same loss and gradients. Transformers rollouts "
         "only (not vLLM) and no gradient checkpointing; shares fully when a step is one micro-batch."))
+    report_to: str = field(default="tensorboard", metadata=_help(
+        "Experiment trackers TRL reports every step to (transformers' report_to): 'tensorboard' writes event "
+        "files under the run's folder as it trains (`make tensorboard` shows them live); 'none' turns it off."))
     seed: int = field(default=0, metadata=_help("Seed for sampling, data order and pool randomisation."))
     lora: LoraSettings = field(default_factory=LoraSettings, metadata=_help(
         "Low-rank adapters instead of full fine-tuning (rank 0: full fine-tuning)."))
@@ -184,6 +189,16 @@ class GRPOSettings:
         if "per_device_train_batch_size" not in overrides:  # one micro-batch a step: every prompt shared fully
             settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)
         return settings
+
+    @classmethod
+    def cpu_paper_profile(cls, **overrides: Any) -> GRPOSettings:
+        """The paper's rollout budget on the tiny CPU policy: groups of 64, 4 questions a step, 200
+        steps (51,200 rollouts) at temperature 1.0, checkpoints every 10 steps; one micro-batch a
+        step, so each group's prompt is computed once. The learning rate is `CPU_PAPER_LEARNING_RATE`
+        (how it was chosen: docs/LOG.md)."""
+        paper = dict(num_generations=64, questions_per_step=4, max_steps=200, learning_rate=CPU_PAPER_LEARNING_RATE,
+                     save_steps=10)
+        return cls.cpu_profile(**{**paper, **overrides})
 
     @classmethod
     def cpu_smollm2_profile(cls, **overrides: Any) -> GRPOSettings:
@@ -268,7 +283,7 @@ class GRPOSettings:
             vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
             vllm_server_base_url=self.vllm_server_base_url,
             remove_unused_columns=False,  # the reward needs question_id / workers columns
-            report_to="none",
+            report_to=self.report_to,
             disable_tqdm=True,
             dataloader_num_workers=0,
         )

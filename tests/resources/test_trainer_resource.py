@@ -117,3 +117,12 @@ def test_gpu_profile_trains_adapters_for_7b_class_policies_only():
     assert chosen.grpo_settings().lora == LoraSettings(rank=16, target_modules="q_proj,v_proj")
     assert TrainerResource(lora_alpha=8).grpo_settings().lora.rank == 0  # the cpu profile has none to scale
     assert TrainerResource.model_fields["lora_target_modules"].description == settings_help(LoraSettings)["target_modules"]
+
+
+def test_the_trainer_profile_comes_from_the_environment_unless_configured(monkeypatch):
+    monkeypatch.setenv("CORYPHAEUS_TRAINER_PROFILE", "cpu-paper")
+    assert TrainerResource().profile == "cpu-paper"
+    assert TrainerResource().grpo_settings() == GRPOSettings.cpu_paper_profile()
+    assert TrainerResource(profile="cpu").grpo_settings() == GRPOSettings.cpu_profile()
+    monkeypatch.delenv("CORYPHAEUS_TRAINER_PROFILE")
+    assert TrainerResource().profile == "cpu"

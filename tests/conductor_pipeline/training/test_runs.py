@@ -17,7 +17,8 @@ from conductor_pipeline.training.dataset import (
     read_contested_manifest,
 )
 from conductor_pipeline.training.gates import judge_probe, probe_manifest, read_probe_manifest, write_probe_manifest
-from conductor_pipeline.training.runs import format_metric, parse_code_totals, training_steps_row
+from conductor_pipeline.training.runs import format_metric, parse_code_totals, progress_figures, training_steps_row
+from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.warehouse import Warehouse
 
 
@@ -77,3 +78,19 @@ def test_contested_set_refusals_name_the_file_and_the_questions(tmp_path):
         contested_questions(store, {"question_ids": [eval_id]})
     with pytest.raises(TrainingDataError, match="1 contested questions are missing from the questions table"):
         contested_questions(store, {"question_ids": [train_id]})
+
+
+def test_progress_says_the_step_the_rate_and_the_reward_trend():
+    settings = GRPOSettings.cpu_paper_profile()
+    steps = [
+        {"step": i, "reward_mean": 0.4 + 0.01 * i, "parse_fail_rate": 0.1,
+         "trl_logs": {"conductor/parsed_accuracy": 0.5 if i <= 10 else 0.7}}
+        for i in range(1, 31)
+    ]
+    figures = progress_figures(steps, elapsed_s=60.0, settings=settings)
+    assert figures["step"] == 30 and figures["max_steps"] == 200 and figures["window"] == 10
+    assert figures["rollouts_per_s"] == 30 * 256 / 60.0
+    assert figures["reward_first"] == pytest.approx(0.455) and figures["reward_recent"] == pytest.approx(0.655)
+    assert figures["parsed_accuracy_first"] == 0.5 and figures["parsed_accuracy_recent"] == pytest.approx(0.7)
+    early = progress_figures(steps[:3], elapsed_s=6.0, settings=settings)
+    assert early["window"] == 3 and early["reward_first"] == early["reward_recent"]

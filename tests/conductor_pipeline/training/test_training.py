@@ -147,6 +147,34 @@ def test_cpu_profile_config_and_batch_validation(tmp_path):
         GRPOSettings.cpu_profile(per_device_train_batch_size=3).to_grpo_config(tmp_path)
 
 
+def test_the_cpu_paper_profile_is_the_papers_rollout_budget_in_one_micro_batch_a_step(tmp_path):
+    paper = GRPOSettings.cpu_paper_profile()
+    assert (paper.num_generations, paper.questions_per_step, paper.max_steps) == (64, 4, 200)
+    assert paper.max_steps * paper.rollouts_per_step == 51_200 and paper.temperature == 1.0
+    assert paper.per_device_train_batch_size == paper.rollouts_per_step and paper.share_prompt_prefix
+    assert paper.save_steps == 10 and paper.report_to == "tensorboard"
+    config = paper.to_grpo_config(tmp_path)
+    assert config.gradient_accumulation_steps == 1 and config.num_generations == 64
+
+
+def test_routing_metrics_say_what_parsed_rollouts_routed_to():
+    from conductor_pipeline.training.reward import routing_metrics
+
+    verdicts = [
+        RolloutVerdict("ok", True, final_worker="a", fans_out=False),
+        RolloutVerdict("ok", False, final_worker="b", fans_out=True),
+        RolloutVerdict("ok", True, final_worker="a", fans_out=False),
+        RolloutVerdict("schema"),  # unparsed: not routed
+        RolloutVerdict("ok", None, final_worker="a"),  # infrastructure failure: not scored
+        None,
+    ]
+    assert routing_metrics(verdicts) == {
+        "parsed_accuracy": 2 / 3, "final_worker/a": 2 / 3, "final_worker/b": 1 / 3, "fan_out_share": 1 / 3,
+    }
+    assert routing_metrics([RolloutVerdict("schema")]) == {}
+    assert "fan_out_share" not in routing_metrics([RolloutVerdict("ok", True, final_worker="a")])
+
+
 def test_sft_batches_examples_of_similar_length_unless_told_not_to(tmp_path):
     assert SFTSettings.cpu_profile().to_sft_config(tmp_path).train_sampling_strategy == "group_by_length"
     assert SFTSettings.cpu_profile(group_by_length=False).to_sft_config(tmp_path).train_sampling_strategy == "random"
@@ -316,6 +344,8 @@ def test_grpo_checkpoints_logs_steps_and_resumes(tiny_model, tmp_path):
         assert sum(row["parse_code_counts"].values()) == 8  # 2 questions x 4 rollouts
         assert row["completion_length_mean"] > 0 and row["reward_mean"] is not None
 
+    # Every step's logs reach TensorBoard as the run goes (event files under the run's folder).
+    assert list((out_dir / "runs").glob("*/events.out.tfevents.*"))
     # A stopped run rerun with a larger budget continues from the last checkpoint.
     second = train_grpo(tiny_model, rows, reward, settings, out_dir, max_steps_override=4)
     assert second.resumed_from == out_dir / "checkpoint-3"

@@ -31,6 +31,7 @@ from assets.probing import pass_rates
 from assets.world_model import world_model_path
 from conductor_pipeline.conductor.policies import policy_fingerprint
 from conductor_pipeline.conductor.prompt import write_trained_prompt
+from conductor_pipeline.evaluation.learning import choice_balance
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
@@ -294,6 +295,17 @@ def _run_metadata(
     return metadata
 
 
+def _balance_markdown(balance: Mapping) -> str:
+    """The warm start's choices against uniform picks within each catalogue, by position and by worker."""
+    lines = [f"Parsed parse-check samples: {balance['rollouts']}. Observed (expected with no preference):"]
+    for part in ("by_position", "by_worker"):
+        test = balance[part]
+        cells = ", ".join(f"{k}: {test['observed'][k]} ({test['expected'][k]})" for k in test["observed"])
+        p = "n/a" if test["p_value"] is None else f"{test['p_value']:.3f}"
+        lines.append(f"- {part.replace('_', ' ')}: {cells}; chi-square p = {p}")
+    return "\n".join(lines)
+
+
 def _rollout_summary(telemetry: RunTelemetry) -> str:
     """Parse failures and reward over all of a run's rollouts, and first half against second half."""
     codes = parse_code_totals(telemetry.steps["parse_codes"].to_list())
@@ -447,6 +459,9 @@ def warm_start_policy(
         sft_elapsed = time.monotonic() - sft_started
         after, codes_after = check(out, PARSE_CHECK_AFTER)
     history = read_sft_history(out)
+    balance = choice_balance(
+        training.store.query_file("rollouts_of_phase", {"run_id": check_run_id, "phase": PARSE_CHECK_AFTER})
+    )
     elapsed = time.monotonic() - started
     context.log.info(
         f"warm start done in {elapsed:.0f}s: parse rate {before:.2f} -> {after:.2f} at temperature 1 "
@@ -465,6 +480,8 @@ def warm_start_policy(
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
         **_telemetry_metadata(training.store, check_run_id),
         **_prompt_metadata(trainer, settings, out),
+        choice_balance=dg.MetadataValue.json(balance),
+        choice_balance_summary=dg.MetadataValue.md(_balance_markdown(balance)),
     )
     png = sft_loss_png(history)
     if png is not None:

@@ -85,9 +85,10 @@ def default_trainer_profile() -> str:
 LORA_HELP = settings_help(LoraSettings)
 # Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
 PRUNE_AUDIT_QUESTIONS = 8
-# Parse rate before/after the warm start: this many prompts x samples at temperature 1. 64 samples
-# tell 6% from 90% at a glance and cost a few seconds on the tiny model (minutes on SmolLM2).
-PARSE_CHECK_PROMPTS = 8
+# Parse rate before/after the warm start: this many prompts x samples at temperature 1. 256 samples
+# tell 6% from 90% at a glance, and are enough to see a preference for catalogue positions (the
+# choice balance); a second or two on the tiny model, minutes on SmolLM2.
+PARSE_CHECK_PROMPTS = 32
 PARSE_CHECK_SAMPLES = 8
 GRPO_DEFAULTS = GRPOSettings()
 

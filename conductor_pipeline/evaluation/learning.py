@@ -138,3 +138,41 @@ def order_agreement(workflows: pl.DataFrame, order_twins: Mapping[str, str]) -> 
         "arm": pl.String, "shuffled_arm": pl.String, "both_parsed": pl.Int64,
         "same_workers": pl.Float64, "same_final_worker": pl.Float64,
     })
+
+
+def choice_balance(rollouts: pl.DataFrame) -> dict[str, object]:
+    """How a policy's choices sit against no preference at all: over parsed rollouts (`workers`,
+    `catalogue`, `parse_code`), each final worker's catalogue position and identity, counted against
+    what uniform picks within each rollout's own catalogue would give (1/k for each of its k entries),
+    with a chi-square test of each. A warm start that teaches the format and no routing keeps both near
+    uniform; p-values far below 0.05 mean it prefers positions (or workers)."""
+    from scipy.stats import chisquare
+
+    parsed = rollouts.filter((pl.col("parse_code") == "ok") & pl.col("catalogue").is_not_null())
+    observed_position: dict[int, float] = {}
+    expected_position: dict[int, float] = {}
+    observed_worker: dict[str, float] = {}
+    expected_worker: dict[str, float] = {}
+    for row in parsed.iter_rows(named=True):
+        catalogue, final = list(row["catalogue"]), row["workers"][-1]
+        if final not in catalogue:
+            continue
+        observed_position[catalogue.index(final)] = observed_position.get(catalogue.index(final), 0) + 1
+        observed_worker[final] = observed_worker.get(final, 0) + 1
+        for index, worker in enumerate(catalogue):
+            expected_position[index] = expected_position.get(index, 0.0) + 1 / len(catalogue)
+            expected_worker[worker] = expected_worker.get(worker, 0.0) + 1 / len(catalogue)
+
+    def test(observed: dict, expected: dict) -> dict[str, object]:
+        keys = sorted(expected)
+        if len(keys) < 2:
+            return {"observed": observed, "expected": expected, "p_value": None}
+        result = chisquare([observed.get(k, 0) for k in keys], [expected[k] for k in keys])
+        return {
+            "observed": {str(k): int(observed.get(k, 0)) for k in keys},
+            "expected": {str(k): round(expected[k], 1) for k in keys},
+            "p_value": float(result.pvalue),
+        }
+
+    return {"rollouts": int(sum(observed_position.values())), "by_position": test(observed_position, expected_position),
+            "by_worker": test(observed_worker, expected_worker)}

@@ -81,10 +81,10 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
     from conductor_pipeline.pools.config import load_pool
     from conductor_pipeline.training.dataset import build_training_set
     from conductor_pipeline.training.grpo import build_grpo_trainer
-    from conductor_pipeline.training.lm_head import labelled_positions_only
     from conductor_pipeline.training.reward import make_conductor_reward
     from conductor_pipeline.training.rollouts import PoolExecutor
     from conductor_pipeline.training.telemetry import RolloutLog, RowBuffer
+    from conductor_pipeline.training.trl_extensions import labelled_positions_only
     from conductor_pipeline.warehouse import Warehouse
     from conductor_pipeline.workflow import parse_code
 

@@ -212,6 +212,27 @@ def choices(frame, steps: tuple[int, int], answers: Mapping) -> dict[str, object
     }
 
 
+def mapping_and_shuffle_checks(frame, answers: Mapping) -> dict[str, object]:
+    """Two checks of the training loop itself. The reward's mapping from a written worker to a
+    recorded answer: a parsed one-step replay rollout must score exactly the recorded verdict of the
+    worker its number (or name) names in the catalogue it was shown. The sub-pool shuffle: across
+    rollouts each worker should sit at every catalogue position about equally often (its mean
+    relative position near 0.5)."""
+    one_step = frame.filter((frame["parse_code"] == "ok") & (frame["workers"].list.len() == 1))
+    agree = sum(
+        bool(row["correct"]) == answers[(row["question_id"], row["workers"][0])][1]
+        for row in one_step.iter_rows(named=True) if row["correct"] is not None
+    )
+    places: dict[str, list[float]] = {}
+    for catalogue in frame["catalogue"].drop_nulls().to_list():
+        for index, worker in enumerate(catalogue):
+            places.setdefault(worker, []).append(index / max(len(catalogue) - 1, 1))
+    return {
+        "one_step_rollouts": one_step.height, "scored_as_recorded": agree,
+        "mean_relative_position": {w: round(statistics.mean(v), 3) for w, v in sorted(places.items())},
+    }
+
+
 def rollouts_to_half_gap(step_rewards: Sequence[float], warm: float, optimum: float, per_step: int) -> int | None:
     """Rollouts until the reward, smoothed over a tenth of the run, first closes half of the gap
     between the warm start and the static optimum; None when it never does."""
@@ -294,6 +315,7 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
             "uniform_over_shown": fixed_static["uniform_over_shown"], **paired_difference(warm, trained),
         },
         first_quarter=choices(frame, (1, quarter), answers), last_quarter=choices(frame, (last - quarter + 1, last), answers),
+        loop_checks=mapping_and_shuffle_checks(frame, answers),
         rollouts_to_half_gap=rollouts_to_half_gap(
             step_rewards, statistics.mean(map(np.mean, warm)), optimum["reward"], per_step
         ),

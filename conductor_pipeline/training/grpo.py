@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from conductor_pipeline.training.lm_head import labelled_positions_only
 from conductor_pipeline.training.settings import GRPOSettings
+from conductor_pipeline.training.trl_extensions import labelled_positions_only
 
 # --- GRPO ------------------------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ def build_grpo_trainer(
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    from conductor_pipeline.training.shared_prompt import SharedPromptGRPOTrainer
+    from conductor_pipeline.training.trl_extensions import SharedPromptGRPOTrainer
 
     dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -139,7 +139,7 @@ class GRPOSettings:
     use_cpu: bool = field(default=False, metadata=_help("Train on CPU even when a GPU is visible (CPU profile)."))
     share_prompt_prefix: bool = field(default=False, metadata=_help(
         "Run each group's prompt through the policy once, when sampling and in the loss, instead of once per "
-        "rollout (conductor_pipeline.training.shared_prompt): same loss and gradients. Transformers rollouts "
+        "rollout (conductor_pipeline.training.trl_extensions): same loss and gradients. Transformers rollouts "
         "only (not vLLM) and no gradient checkpointing; shares fully when a step is one micro-batch."))
     report_to: str = field(default="tensorboard", metadata=_help(
         "Experiment trackers TRL reports every step to (transformers' report_to): 'tensorboard' writes event "

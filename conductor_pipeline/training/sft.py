@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from conductor_pipeline.paths import write_json_atomic
-from conductor_pipeline.training.lm_head import labelled_positions_only
 from conductor_pipeline.training.settings import SFTSettings
+from conductor_pipeline.training.trl_extensions import labelled_positions_only
 
 # --- SFT warm start ----------------------------------------------------------------------------
 

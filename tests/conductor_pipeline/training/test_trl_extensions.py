@@ -1,12 +1,24 @@
-"""The shared-prompt GRPO trainer computes TRL's own loss and gradients, on a real tiny model."""
+"""The TRL extensions compute TRL's own losses and gradients: the CPU LM head that scores labelled
+positions only, and the shared-prompt GRPO trainer, on real tiny models."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from trl.trainer.utils import add_fused_lm_head
 
 from conductor_pipeline.training.settings import GRPOSettings
-from conductor_pipeline.training.shared_prompt import SharedPromptGRPOTrainer, check_trl_version, shares_prompts
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
+from conductor_pipeline.training.trl_extensions import (
+    SharedPromptGRPOTrainer,
+    check_trl_version,
+    labelled_positions_only,
+    shares_prompts,
+)
 
 GROUP, QUESTIONS, PROMPT, COMPLETION = 4, 3, 14, 9
 
@@ -77,8 +89,6 @@ def test_the_shared_prompt_loss_and_gradients_are_trls_own(model_path, tmp_path)
     import torch
     from trl import GRPOTrainer
 
-    from conductor_pipeline.training.lm_head import labelled_positions_only
-
     theirs = _trainer(GRPOTrainer, model_path, tmp_path / "trl")
     ours = _trainer(SharedPromptGRPOTrainer, model_path, tmp_path / "shared")
     assert shares_prompts(ours) and ours.rollout_func is not None
@@ -99,10 +109,17 @@ def test_setups_it_does_not_cover_run_trls_own_code(model_path, tmp_path):
     assert not shares_prompts(trainer)
 
 
-def test_another_trl_release_is_refused_loudly(monkeypatch):
+def test_this_trl_is_the_release_the_extensions_were_written_for_and_another_is_refused(monkeypatch):
+    """Upgrading TRL fails here first: re-check both extensions against the new release's source."""
     import trl
+    import trl.trainer.utils as trl_utils
 
     check_trl_version()
+    assert callable(getattr(trl_utils, "_use_triton", None)), "TRL's per-call LM-head hook is gone"
+    assert "rollout_func" in inspect.signature(trl.GRPOTrainer.__init__).parameters
+    assert list(inspect.signature(trl.GRPOTrainer._get_per_token_logps_and_entropies).parameters)[:7] == [
+        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+    ]
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.raises(RuntimeError, match="written against|extends TRL 1.16"):
         check_trl_version()
@@ -121,3 +138,36 @@ def test_a_shared_prompt_run_trains_and_checkpoints(model_path, tmp_path):
     outcome = train_grpo(model_path, rows, _length_reward, settings, tmp_path / "run")
     assert outcome.global_step == 2 and outcome.checkpoint_dir is not None
     assert all(row["completion_length_mean"] <= 12 for row in outcome.steps)
+
+
+def _loss_grads_and_flops(model, input_ids, labels):
+    model.zero_grad()
+    with FlopCounterMode(display=False) as counter:
+        loss = model(input_ids=input_ids, labels=labels, fused_lm_head=True).loss
+        loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    return loss.detach(), grads, counter.get_total_flops()
+
+
+def test_cpu_training_scores_only_labelled_positions_with_the_same_loss_and_gradients():
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(config)
+    add_fused_lm_head(model)
+    input_ids = torch.randint(0, 512, (2, 64))
+    labels = input_ids.clone()
+    labels[:, :56] = -100  # a long prompt without labels, a short completion with them
+
+    loss, grads, flops = _loss_grads_and_flops(model, input_ids, labels)
+    with labelled_positions_only():
+        compact_loss, compact_grads, compact_flops = _loss_grads_and_flops(model, input_ids, labels)
+
+    torch.testing.assert_close(compact_loss, loss)
+    for name, grad in grads.items():
+        torch.testing.assert_close(compact_grads[name], grad, msg=name)
+    assert compact_flops < 0.8 * flops  # the unlabelled prompt no longer goes through the head
+    # Outside the block TRL's own choice is back: every position is projected again.
+    assert _loss_grads_and_flops(model, input_ids, labels)[2] == flops

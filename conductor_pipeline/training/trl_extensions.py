@@ -1,25 +1,31 @@
-"""GRPO with each group's prompt computed once, in sampling and in the loss: TRL's trainer, extended.
+"""Where the project extends TRL 1.16 beyond its public API: every such dependency is here.
 
-A GRPO step samples `num_generations` completions of the same prompt, and a conductor prompt (the
-rules, the catalogue, the question: 500-700 tokens) is about 95% of each rollout's tokens. TRL
-1.16's transformers path runs every rollout's prompt through the model twice, once to sample and
-once in the loss. Here:
+1. The LM head on a CPU scores labelled positions only (`labelled_positions_only`). TRL 1.16 trains
+   through `add_fused_lm_head`: it projects hidden states to log-probabilities in tiles; on Triton
+   devices only the positions whose label is not -100, elsewhere every position (zeroing the ignored
+   ones), so that compiled backends (XLA, Neuron) see one tile shape per batch. Eager CPU training has
+   no such constraint, and a conductor sequence is mostly prompt, which carries no label in SFT or
+   GRPO, so most of the head's work there is thrown away. It is TRL's own per-call choice, made "yes"
+   for CPU tensors too.
+2. GRPO with each group's prompt computed once, in sampling and in the loss (`SharedPromptGRPOTrainer`).
+   A GRPO step samples `num_generations` completions of the same prompt, and a conductor prompt (the
+   rules, the catalogue, the question: 500-700 tokens) is about 95% of each rollout's tokens. TRL's
+   transformers path runs every rollout's prompt through the model twice, once to sample and once in
+   the loss. Here sampling goes through TRL's `rollout_func` hook (`conductor.generation.sample_rows`
+   runs each distinct prompt once), and the loss (`_get_per_token_logps_and_entropies`, the one method
+   TRL computes log-probabilities in) runs each distinct prompt once, copies its key-value cache to the
+   rows that share it and runs only the completions after it; the gradient flows through the copies
+   back to the one prompt computation, so loss and gradients are TRL's own up to the order of float
+   sums (a test checks). It covers text-only prompts on the transformers path; anything else (images,
+   vLLM, gradient checkpointing, which drops the prompt's cache, a repetition penalty) runs TRL's code.
 
-- sampling goes through TRL's `rollout_func` hook: `conductor.generation.sample_rows` runs each
-  distinct prompt once (and the start all prompts share once), then decodes every rollout after it;
-- the loss (`_get_per_token_logps_and_entropies`, the one method TRL computes log-probabilities in)
-  runs each distinct prompt once, copies its key-value cache to the rows that share it, and runs
-  only the completions after it. The gradient flows through the copies back to the one prompt
-  computation, so loss and gradients are TRL's own, up to the order of float sums (a test checks).
-
-Everything here depends on TRL 1.16's internals (the method's signature, the trainer attributes the
-sampler reads), so it is this one module, with `SUPPORTED_TRL` checked when the trainer is built.
-It covers text-only prompts on the transformers path; anything else (images, vLLM, gradient
-checkpointing, which drops the prompt's cache, a repetition penalty) runs TRL's own code.
+`SUPPORTED_TRL` is checked when the trainer is built, and a test fails on any other release.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from trl import GRPOTrainer
@@ -36,10 +42,35 @@ def check_trl_version() -> None:
 
     if not trl.__version__.startswith(SUPPORTED_TRL):
         raise RuntimeError(
-            f"conductor_pipeline.training.shared_prompt extends TRL {SUPPORTED_TRL}x internals, but TRL "
+            f"conductor_pipeline.training.trl_extensions extends TRL {SUPPORTED_TRL}x internals, but TRL "
             f"{trl.__version__} is installed: re-check GRPOTrainer._get_per_token_logps_and_entropies and the "
             "rollout_func contract, or set share_prompt_prefix: false"
         )
+
+
+@contextmanager
+def labelled_positions_only() -> Iterator[None]:
+    """Within this block, TRL's fused LM head on a CPU projects labelled positions only.
+
+    TRL decides per call through `trl.trainer.utils._use_triton(device)` ("compact" scoring on
+    Triton devices); the block answers yes for CPU tensors as well. On a TRL without that hook the
+    block changes nothing. Other devices keep TRL's own answer.
+    """
+    import trl.trainer.utils as trl_utils
+
+    decide = getattr(trl_utils, "_use_triton", None)
+    if decide is None:
+        yield
+        return
+
+    def compact_on_cpu(device) -> bool:
+        return device.type == "cpu" or decide(device)
+
+    trl_utils._use_triton = compact_on_cpu
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = decide
 
 
 def shares_prompts(trainer: GRPOTrainer) -> bool:

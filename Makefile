@@ -22,7 +22,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Runs land in the project's own Dagster instance, so `make ui` shows them afterwards.
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: setup run run-all train-paper tensorboard test test-slow ui bench bench-default-run lock clean
+.PHONY: setup run run-all results train-paper tensorboard test test-slow ui bench bench-default-run lock clean
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -43,6 +43,10 @@ setup: $(VENV)/.installed
 ## and print the headline tables. A second run with nothing changed recomputes nothing.
 run: setup
 	$(PY) -m assets.main
+
+## Record the latest run's figures (docs/results/default-run.json) and rewrite the README's results block.
+results: setup
+	$(PY) -m assets.results
 
 ## Recompute every asset, stale or not.
 run-all: setup

@@ -117,7 +117,7 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
     with _failing_step():
         return build_training_set(
             warehouse.get_warehouse(), pool_config, contested_dir(warehouse),
-            naming=trainer.naming, n_examples=trainer.n_prompt_examples, contested_subpools=trainer.contested_subpools,
+            naming=trainer.worker_naming, n_examples=trainer.n_prompt_examples, contested_subpools=trainer.contested_subpools,
             prune_with=world_model_path(warehouse, pool_config.name) if trainer.prune_with_world_model else None,
             prune_low=trainer.prune_low, prune_high=trainer.prune_high,
             show_predicted_success=trainer.show_predicted_success,
@@ -127,7 +127,7 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
 def _trained_prompt(trainer: TrainerResource, settings: GRPOSettings) -> dict[str, object]:
     """How the policy is prompted and sampled in training: evaluation prompts it the same way."""
     return {
-        "naming": trainer.naming, "n_examples": trainer.n_prompt_examples,
+        "naming": trainer.worker_naming, "n_examples": trainer.n_prompt_examples,
         "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
         "show_predicted_success": trainer.show_predicted_success,
     }
@@ -217,7 +217,7 @@ def _run_key(trainer: TrainerResource, settings: GRPOSettings, training: Trainin
     trains on and the weights it starts from. A run keyed the same resumes; any other starts afresh."""
     recipe = {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS}
     return stable_id(
-        recipe, trainer.naming, trainer.n_prompt_examples, trainer.contested_subpools, training.pruning,
+        recipe, trainer.worker_naming, trainer.n_prompt_examples, trainer.contested_subpools, training.pruning,
         training.predicted_success,
         training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
         policy_fingerprint(start_policy),
@@ -427,7 +427,7 @@ def warm_start_policy(
         def check(model: Path | str, phase: str) -> tuple[float, dict[str, int]]:
             executor.log = RolloutLog(writer, check_run_id, phase, _policy_name(model))
             return parse_check(
-                model, check_rows, trainer.naming, settings.max_completion_length, samples, executor=executor, device=device
+                model, check_rows, trainer.worker_naming, settings.max_completion_length, samples, executor=executor, device=device
             )
 
         before, codes_before = check(base, PARSE_CHECK_BEFORE)
@@ -449,7 +449,7 @@ def warm_start_policy(
             })
         style = trainer.warm_start_style
         pairs = warm_start_pairs(
-            rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.naming, style=style,
+            rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.worker_naming, style=style,
             aggregators=_aggregators(pool_config),
         )
         sft = trainer.sft_settings()

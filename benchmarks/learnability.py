@@ -271,7 +271,7 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     trainer = TrainerResource(output_root=str(artifacts / "training"), **trainer_knobs)
     settings = trainer.grpo_settings()
     training = build_training_set(
-        store, pool, artifacts / "contested_set", naming=trainer.naming, n_examples=trainer.n_prompt_examples,
+        store, pool, artifacts / "contested_set", naming=trainer.worker_naming, n_examples=trainer.n_prompt_examples,
         contested_subpools=trainer.contested_subpools, show_predicted_success=trainer.show_predicted_success,
     )
     rows = training.prompt_rows(settings)
@@ -298,7 +298,7 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     steps = store.query_file("training_steps_of_run", {"run_id": run_id})
     step_rewards = [float(r) for r in steps["reward_mean"].to_list()]
     workers = build_workers(pool, [seat.name for seat in pool.workers if not seat.is_conductor])
-    executor = PoolExecutor(pool, workers, training.questions, trainer.naming, max_new_tokens=settings.max_completion_length)
+    executor = PoolExecutor(pool, workers, training.questions, trainer.worker_naming, max_new_tokens=settings.max_completion_length)
     fixed = rows[:EVAL_PROMPTS]
     warm = evaluate_policy(trainer.start_policy_path(pool.name), fixed, executor, settings)
     trained = evaluate_policy(Path(checkpoint["checkpoint_path"]), fixed, executor, settings)

@@ -27,6 +27,7 @@ from conductor_pipeline.conductor.policies import (
     resolve_device,
     select_cuda_device,
 )
+from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
 from conductor_pipeline.training.pretrained import smollm2_model
@@ -75,6 +76,10 @@ PROFILE_SYNTHETIC_STYLE: dict[str, SyntheticStyle] = {
     "cpu": CPU_SYNTHETIC_STYLE, "cpu-paper": CPU_SYNTHETIC_STYLE, "cpu-smollm2": GPU_SYNTHETIC_STYLE,
     "gpu": GPU_SYNTHETIC_STYLE,
 }
+# How each profile shows the workers: the tiny CPU policy by name (it learns which names to prefer,
+# but never learnt which catalogue line an ordinal number stands for: the learnability ladder's R2
+# against R3), pretrained models as the paper's ordinal "Model 0..k".
+PROFILE_NAMING: dict[str, Naming] = {"cpu": "names", "cpu-paper": "names", "cpu-smollm2": "ordinal", "gpu": "ordinal"}
 # The trainer profile a run uses unless its config says otherwise: `make train-paper` sets cpu-paper.
 TRAINER_PROFILE_ENV = "CORYPHAEUS_TRAINER_PROFILE"
 
@@ -136,7 +141,13 @@ class TrainerResource(dg.ConfigurableResource):
         description=f"{DEVICE_HELP}: the warm start, its parse checks, GRPO (TRL's use_cpu follows it), the "
         "pruning audit and the frozen policy that answers recursive conductor steps",
     )
-    naming: Literal["ordinal", "names"] = Field("ordinal", description="Workers shown as 'Model 0..k' (paper) or by name")
+    naming: Literal["auto", "ordinal", "names"] = Field(
+        "auto",
+        description="Workers shown as 'Model 0..k' (the paper's) or by name; auto: the profile's ("
+        + ", ".join(f"{profile}: {naming}" for profile, naming in PROFILE_NAMING.items())
+        + "; the tiny CPU policy cannot learn which catalogue line a number stands for, see "
+        "benchmarks/RESULTS-learnability.md)",
+    )
     prompt_examples: int | None = Field(
         None, ge=0,
         description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu and cpu-smollm2, "
@@ -290,6 +301,11 @@ class TrainerResource(dg.ConfigurableResource):
         if self.synthetic_style != "auto":
             return self.synthetic_style
         return PROFILE_SYNTHETIC_STYLE[self.profile]
+
+    @property
+    def worker_naming(self) -> Naming:
+        """`naming` with `auto` resolved to the profile's (PROFILE_NAMING)."""
+        return PROFILE_NAMING[self.profile] if self.naming == "auto" else self.naming
 
     @property
     def n_prompt_examples(self) -> int:

@@ -212,7 +212,7 @@ def test_a_probe_of_the_same_inputs_is_reused_and_other_inputs_probe_again(gsm8k
     assert again["zero_variance_fraction"] == first["zero_variance_fraction"]
     logged = Warehouse(database).query("SELECT run_id, count(*) AS n FROM training_steps GROUP BY 1")
     assert logged.rows() == [(first["probe_run_id"], TOY["probe_steps"])]  # nothing sampled twice
-    other = probe(naming="names")
+    other = probe(naming="ordinal")
     assert other["probe_run_id"] != first["probe_run_id"]
     assert Warehouse(database).query("SELECT count(DISTINCT run_id) AS n FROM training_steps")["n"][0] == 2
 
@@ -276,7 +276,7 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     # How the policy was prompted and sampled in training: evaluation prompts the checkpoint the same way.
     trainer = _resources(database, tmp_path, tiny_model, sft_warm_start=False)["trainer"]
     assert second["prompt"].value == {
-        "naming": trainer.naming, "n_examples": trainer.n_prompt_examples, "temperature": 1.0,
+        "naming": trainer.worker_naming, "n_examples": trainer.n_prompt_examples, "temperature": 1.0,
         "max_new_tokens": trainer.grpo_settings().max_completion_length, "show_predicted_success": False,
     }
 

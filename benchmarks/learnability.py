@@ -324,18 +324,28 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     return record
 
 
+def _change(first: tuple[float, int], last: tuple[float, int]) -> tuple[float, float, float]:
+    """last - first share, with a normal 95% interval (two independent proportions)."""
+    (p1, n1), (p2, n2) = first, last
+    difference = p2 - p1
+    half = 1.96 * math.sqrt(p1 * (1 - p1) / max(n1, 1) + p2 * (1 - p2) / max(n2, 1))
+    return difference, difference - half, difference + half
+
+
 def verdict(record: Mapping) -> str:
-    """learns routing / learns only the format / learns nothing, from the fixed-prompt reward and
-    the parsed rollouts' accuracy early and late in training."""
-    fixed, first, last = record["fixed_prompts"], record["first_quarter"], record["last_quarter"]
-    moved = fixed["low"] > 0
-    routing = (last["parsed_accuracy"] or 0) - (first["parsed_accuracy"] or 0)  # the format held apart
-    parsing = (last["parse_rate"] or 0) - (first["parse_rate"] or 0)
-    if moved and routing > 0.05:
-        return f"learns routing (+{routing:.2f} parsed accuracy, reward {fixed['difference']:+.3f})"
-    if moved:
-        return f"learns the format, not routing (parse {parsing:+.2f}, parsed accuracy {routing:+.2f})"
-    return f"does not learn (reward {fixed['difference']:+.3f} [{fixed['low']:+.3f}, {fixed['high']:+.3f}])"
+    """learns routing / learns only the format / learns nothing, from the training rollouts of the
+    run's first and last quarters: routing is the parsed rollouts' accuracy (the format held apart),
+    the format their parse rate; each change must clear its 95% interval."""
+    first, last = record["first_quarter"], record["last_quarter"]
+    parsed_first, parsed_last = (round(q["parse_rate"] * q["rollouts"]) for q in (first, last))
+    routing = _change((first["parsed_accuracy"] or 0, parsed_first), (last["parsed_accuracy"] or 0, parsed_last))
+    parsing = _change((first["parse_rate"] or 0, first["rollouts"]), (last["parse_rate"] or 0, last["rollouts"]))
+    if routing[1] > 0:
+        return f"learns routing (parsed accuracy {routing[0]:+.2f} [{routing[1]:+.2f}, {routing[2]:+.2f}])"
+    if parsing[1] > 0:
+        return (f"learns the format, not routing (parse rate {parsing[0]:+.2f} [{parsing[1]:+.2f}, {parsing[2]:+.2f}], "
+                f"parsed accuracy {routing[0]:+.2f} [{routing[1]:+.2f}, {routing[2]:+.2f}])")
+    return f"does not learn (parsed accuracy {routing[0]:+.2f}, parse rate {parsing[0]:+.2f})"
 
 
 def table(records: Sequence[Mapping]) -> str:

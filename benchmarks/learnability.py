@@ -5,9 +5,9 @@ real reward), to find where the CPU conductor stops learning and why.
     .venv/bin/python -m benchmarks.learnability [--rungs R1 R3] [--steps 150] [--group 8] [--questions 2]
 
 Rungs (`RUNGS`): R1 one catalogue in the pool file's order (the policy need only learn a constant),
-R2 shuffled sub-pools with workers by name, R3 shuffled sub-pools with ordinal names (the paper's
-setting and the default), R4 R3 with W's out-of-fold P(success) next to each worker, R5 the vote
-pool (fan out and aggregate). Per rung it reports, on the rung's own training prompts:
+R2 shuffled sub-pools with workers by name (the CPU default), R3 shuffled sub-pools with ordinal
+names (the paper's setting), R4 R3 with W's out-of-fold P(success) next to each worker, R5 the vote
+pool with ordinal names and R5n by name (fan out and aggregate). Per rung it reports, on the rung's own training prompts:
 
 - the best static policy's expected reward (every preference order over single workers, and the
   vote over the best k shown workers where a vote is shown), computed from the recorded answers;
@@ -61,11 +61,15 @@ class Rung:
 RUNGS = {
     rung.name: rung
     for rung in (
-        Rung("R1", "one catalogue in pool-file order, no sub-pools (learn a constant)", trainer={"randomize_pools": False}),
-        Rung("R2", "shuffled sub-pools, workers shown by name", trainer={"naming": "names"}),
-        Rung("R3", "shuffled sub-pools, ordinal names with descriptions (the paper's; the default)"),
-        Rung("R4", "R3 with W's out-of-fold P(success) next to each worker", trainer={"show_predicted_success": True}),
-        Rung("R5", "the vote pool: fan out and aggregate", pool="replay-mixed6-vote"),
+        Rung("R1", "one catalogue in pool-file order, no sub-pools (learn a constant)",
+             trainer={"randomize_pools": False, "naming": "ordinal"}),
+        Rung("R2", "shuffled sub-pools, workers shown by name (the CPU default)", trainer={"naming": "names"}),
+        Rung("R3", "shuffled sub-pools, ordinal names with descriptions (the paper's)", trainer={"naming": "ordinal"}),
+        Rung("R4", "R3 with W's out-of-fold P(success) next to each worker",
+             trainer={"naming": "ordinal", "show_predicted_success": True}),
+        Rung("R5", "the vote pool, ordinal names: fan out and aggregate", pool="replay-mixed6-vote",
+             trainer={"naming": "ordinal"}),
+        Rung("R5n", "the vote pool by name (the CPU default)", pool="replay-mixed6-vote", trainer={"naming": "names"}),
     )
 }
 
@@ -381,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=None, help="a finished default run's artifacts root")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS))
-    parser.add_argument("--steps", type=int, default=150, help="GRPO steps per rung")
+    parser.add_argument("--steps", type=int, default=300, help="GRPO steps per rung")
     parser.add_argument("--group", type=int, default=8, help="rollouts per question")
     parser.add_argument("--questions", type=int, default=2, help="questions per step")
     parser.add_argument("--learning-rate", type=float, default=None)

@@ -29,6 +29,7 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
+from conductor_pipeline.files import write_bytes_atomic
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
@@ -223,8 +224,7 @@ def _run_metadata(
         return {}
     halves = tuple(half.as_dict() for half in telemetry.halves) if telemetry.halves is not None else None
     png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves, telemetry.fan_out)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    png_path.write_bytes(png)
+    write_bytes_atomic(png_path, png, "training curves")
     last = frame.row(-1, named=True)
     codes = parse_code_totals(frame["parse_codes"].to_list())
     if telemetry.mismatches:

@@ -15,6 +15,7 @@ from assets import corpora, evaluation, pool_search, probing, training, world_mo
 from assets.deployment import profile_from_env, run_tags, with_job_tags
 from assets.versions import with_code_versions
 from resources.conductor import ConductorPolicyResource
+from resources.json_io import JsonIOManager
 from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
 from resources.vllm import VllmLauncherResource
@@ -60,9 +61,9 @@ def build_definitions(pool: str) -> dg.Definitions:
         "pool": PoolResource(pool=pool, vllm=vllm),
         "conductor": ConductorPolicyResource(),
         "trainer": TrainerResource(),
-        # Outputs passed between assets (eval_arms -> eval_tables) are kept under $DAGSTER_HOME, not in
-        # memory, so a stale eval_tables can be recomputed alone from a fresh eval_arms.
-        "io_manager": dg.FilesystemIOManager(),
+        # Outputs passed between assets (eval_arms -> eval_tables) are kept on disk, not in memory, so
+        # a stale eval_tables can be recomputed alone from a fresh eval_arms; as JSON, never pickles.
+        "io_manager": JsonIOManager(),
     }
     return dg.Definitions(
         assets=with_code_versions([pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)], resources),

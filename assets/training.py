@@ -29,6 +29,7 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
+from conductor_pipeline.conductor.policies import model_digest
 from conductor_pipeline.files import write_bytes_atomic
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
@@ -76,7 +77,9 @@ from conductor_pipeline.training.telemetry import (
     PARSE_CHECK_BEFORE,
     RolloutLog,
     RowBuffer,
+    forget_run,
     rollout_row_counts,
+    rollout_run_id,
 )
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_OK
@@ -183,6 +186,19 @@ def _telemetry(store: Warehouse) -> Iterator[RowBuffer]:
 def _policy_name(model: Path | str) -> str:
     """A policy as `workflows.conductor` names it: its folder (or hub id) name."""
     return f"policy:{Path(str(model)).name}"
+
+
+def _repeatable_run_id(
+    context: dg.AssetExecutionContext, kind: str, pool: str, policy: Path | str, training: TrainingSet
+) -> str:
+    """The id a step's rollouts are logged under: what decides them (the asset's code version, the
+    policy's weights, the questions), so a rerun after an interruption is the same run and starts
+    by deleting what the interrupted attempt left (`forget_run`)."""
+    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    weights = model_digest(policy) if Path(str(policy)).is_dir() else str(policy)
+    run_id = rollout_run_id(kind, pool, code_version, weights, [q.question_id for q in training.questions])
+    forget_run(training.store, run_id)
+    return run_id
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -369,7 +385,7 @@ def warm_start_policy(
     samples = trainer.parse_check_samples
     n_checked = len(check_rows) * samples
     # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
-    check_run_id = f"warm-start-{pool_config.name}-{context.run_id[:8]}"
+    check_run_id = _repeatable_run_id(context, "warm-start", pool_config.name, base, training)
     with _telemetry(training.store) as writer:
         executor = _rollout_executor(training, settings, trainer, pool, training.questions)
 
@@ -447,10 +463,10 @@ def grpo_probe_run(
     pool_config, store = training.pool_config, training.store
     settings = trainer.grpo_settings(steps=trainer.probe_steps)
     device = _device(trainer)
-    probe_run_id = f"probe-{pool_config.name}-{context.run_id[:8]}"
+    start_policy = trainer.start_policy_path(pool_config.name)
+    probe_run_id = _repeatable_run_id(context, "probe", pool_config.name, start_policy, training)
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
-    start_policy = trainer.start_policy_path(pool_config.name)
     with _telemetry(store) as writer:
         executor = _executor(
             training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],

@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 # Written into a checkpoint folder once the Trainer has saved every file of it (`on_save`).
 CHECKPOINT_MANIFEST = "checkpoint_manifest.json"
+PREVIOUS_CHECKPOINT_KEPT = "the half-written folder was removed; the previous checkpoint is whole, and a rerun resumes from it"
 
 # --- GRPO ------------------------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ def _save_final_checkpoint(trainer: Any, output_dir: Path, before_checkpoint: Ca
         seal_checkpoint(final, trainer.state.global_step)
     except Exception as exc:
         shutil.rmtree(final, ignore_errors=True)
-        raise write_failure(final, "checkpoint", exc) from exc
+        raise write_failure(final, "checkpoint", exc, PREVIOUS_CHECKPOINT_KEPT) from exc
 
 
 def train_grpo(
@@ -226,6 +227,8 @@ def train_grpo(
     output_dir = Path(output_dir)
     if max_steps_override is not None:
         settings = replace(settings, max_steps=max_steps_override)
+    if not resume:
+        remove_checkpoints(output_dir)  # a fresh run: nothing an earlier attempt saved may pass for its own
     resumed_from = last_checkpoint(output_dir, log) if resume else None
     if resumed_from is not None and checkpoint_step(resumed_from) >= settings.max_steps:
         # A finished run: resuming would make the Trainer take one more step on every rerun.
@@ -254,7 +257,7 @@ def train_grpo(
             shutil.rmtree(saving, ignore_errors=True)  # half-written: never resumed from, never kept
             if isinstance(exc, Exception):
                 save_failed = True
-                raise write_failure(saving, "checkpoint", exc) from exc
+                raise write_failure(saving, "checkpoint", exc, PREVIOUS_CHECKPOINT_KEPT) from exc
         raise
     finally:
         # An early stop, a fault or a finish between save steps still leaves its last step on disk.

@@ -58,14 +58,15 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
-def write_failure(path: str | Path, what: str, error: BaseException) -> ArtifactWriteError:
+KEPT_AS_IT_WAS = "the previous file, if any, is unchanged; nothing half-written is kept"
+
+
+def write_failure(path: str | Path, what: str, error: BaseException, kept: str = KEPT_AS_IT_WAS) -> ArtifactWriteError:
     """The error to raise when writing `what` at `path` failed: it names the path, and on a full
-    disk says so and that a rerun after freeing space resumes."""
+    disk says so, what was kept (`kept`), and that a rerun after freeing space resumes."""
     if is_disk_full(error):
         return ArtifactWriteError(
-            errno.ENOSPC,
-            f"no space left on the device while writing {what} {path}: free space on that device and rerun "
-            f"(the previous file, if any, is unchanged; nothing half-written is kept)",
+            errno.ENOSPC, f"no space left on the device while writing {what} {path}: free space on that device and rerun ({kept})",
         )
     return ArtifactWriteError(getattr(error, "errno", None) or errno.EIO, f"could not write {what} {path}: {error}")
 

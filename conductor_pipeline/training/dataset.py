@@ -154,7 +154,7 @@ def load_world_model(path: Path, knob: str) -> WorldModel:
     try:
         return WorldModel.load(path)
     except WorldModelFileError as exc:
-        raise TrainingDataError(f"{knob} is on but the world model cannot be used: {exc}") from exc
+        raise TrainingDataError(f"{knob} is on but no world model can be used: {exc}") from exc
 
 
 def build_training_set(

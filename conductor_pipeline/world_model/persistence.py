@@ -57,7 +57,10 @@ STATE = "state.json"
 BOOSTERS = ("success", "cost", "latency")
 # Pickles start with the PROTO opcode (protocol 2 and later).
 _PICKLE_MAGIC = b"\x80"
-REBUILD_HINT = "rebuild it: `make run` (or `dagster asset materialize -m assets.definitions --select world_model`)"
+REBUILD_HINT = (
+    "materialize world_model first to rebuild it "
+    "(`make run`, or `dagster asset materialize -m assets.definitions --select world_model`)"
+)
 
 
 class WorldModelFileError(ValueError):
@@ -179,7 +182,7 @@ def refuse_pickle(path: Path) -> None:
     """Raise for a pickled world model (an earlier version's format): it is never loaded."""
     raise WorldModelFileError(
         f"{path} is a pickled world model from an earlier version of this project; pickles are never loaded "
-        f"(loading one runs any code it carries). Delete it and {REBUILD_HINT}"
+        f"(loading one runs any code it carries): delete it, then {REBUILD_HINT}"
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,8 @@ def try_kill_point(tmp: Path, run: MainRun, index: int, at_s: float, reference: 
     broken, _leftovers = artifact_problems(folder)
     point.problems += tuple(differences + warehouse_problems(folder) + broken)
     point.identical = not differences
+    if point.identical and not point.problems:
+        shutil.rmtree(folder.root)  # hundreds of MB a point; a failing one is kept to look at
     return point
 
 

@@ -22,10 +22,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # polars is imported where a table is written or read: training runs without it
+    import polars as pl
 
 import numpy as np
-import polars as pl
 
 # What a manifest calls itself, so a reader never mistakes another JSON file for one.
 MANIFEST_FORMAT = "coryphaeus-file-manifest"
@@ -137,6 +139,8 @@ def write_parquet_atomic(frame: pl.DataFrame, path: str | Path, what: str = "tab
 def read_parquet_checked(path: str | Path, what: str = "table") -> pl.DataFrame:
     """Read a Parquet file, or raise `DamagedArtifactError` naming it when it is truncated or not
     Parquet (polars' own error names neither the file nor a way out)."""
+    import polars as pl  # noqa: PLC0415 (see the import at the top)
+
     path = Path(path)
     try:
         return pl.read_parquet(path)

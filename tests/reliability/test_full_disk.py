@@ -135,3 +135,28 @@ def test_a_full_disk_while_an_eval_table_is_written(tmp_path: Path, full_disk) -
     trigger.unlink()
     assert run([*writer, "0.75"], env("/eval_tables/")).returncode == 0
     assert pl.read_parquet(table)["accuracy"].to_list() == [0.75, 0.75]
+
+
+@pytest.mark.slow
+def test_make_run_on_a_full_disk_fails_naming_the_table_and_a_rerun_resumes(tmp_path: Path, full_disk, monkeypatch) -> None:
+    """The real entry point (small settings) with the disk full for eval tables: the run fails in
+    `eval_tables`, naming the file; once space is freed the rerun materializes only `eval_tables`."""
+    from tests.reliability.main_runs import SMALL_RUN, RunFolder, artifact_problems, run_to_end
+    from tests.shared_data import require_shared_data
+
+    require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train",
+                        "zeroeval_outputs")
+    env, trigger = full_disk
+    folder = RunFolder(tmp_path / "run").prepare()
+    trigger.touch()
+    argv = SMALL_RUN.argv()
+    failed = run(argv, {**env("/eval_tables/"), **{k: v for k, v in folder.env().items() if k != "LD_PRELOAD"}})
+    assert failed.returncode == 1, failed.stdout[-3000:]
+    assert f"no space left on the device while writing eval table {folder.artifacts / 'eval_tables'}" in failed.stdout
+    assert "FAILED steps: eval_tables" in failed.stdout
+    trigger.unlink()
+    log = folder.root / "rerun.log"
+    run_to_end(folder, SMALL_RUN, log)
+    rerun = log.read_text()
+    assert "== eval_job: 1 to materialize" in rerun and "eval_tables: never materialized" in rerun
+    assert not artifact_problems(folder)[0]

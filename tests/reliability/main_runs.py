@@ -9,6 +9,7 @@ by constructing another `MainRun`.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from conductor_pipeline.training.grpo import CHECKPOINT_MANIFEST, checkpoint_pro
 from conductor_pipeline.world_model.persistence import MANIFEST as WORLD_MODEL_MANIFEST
 
 SMALL_RUN_CONFIG = Path(__file__).with_name("small_run.yaml")
+SMALL_TRAINING_RUN_CONFIG = Path(__file__).with_name("small_training_run.yaml")
 # Columns of the arm table a rerun must reproduce: all but measured wall time.
 MEASURED_COLUMNS = ("latency_per_question_s",)
 RUN_TIMEOUT_S = 3600
@@ -52,6 +54,7 @@ class MainRun:
 
 DEFAULT_RUN = MainRun("default pool, default settings (make run)")
 SMALL_RUN = MainRun("default pool, small settings", config=SMALL_RUN_CONFIG)
+TRAINING_RUN = MainRun("default pool, small settings with training", config=SMALL_TRAINING_RUN_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -109,15 +112,66 @@ def run_to_end(folder: RunFolder, run: MainRun, log: Path, timeout_s: float = RU
     return time.monotonic() - started
 
 
-_STEP = re.compile(r" - (?P<step>[a-z_0-9]+) - (?:STEP_START|Started execution of step)")
-_ASSET_LINE = re.compile(r" - dagster - \w+ - \w+ - [0-9a-f-]{36} - (?P<step>[a-z_0-9]+) - ")
+# A log line of a step: its timestamp (UTC, to the second) and the step.
+_STEP_LINE = re.compile(
+    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \+0000 - dagster - \w+ - \w+ - [0-9a-f-]{36} - (?P<step>[a-z_][a-z_0-9]*) - ",
+    re.MULTILINE,
+)
+
+
+def step_lines(log: Path) -> list[tuple[float, str]]:
+    """(epoch seconds, step) of every step log line, in order."""
+    text = log.read_text(errors="replace")
+    return [(calendar.timegm(time.strptime(m["when"], "%Y-%m-%d %H:%M:%S")), m["step"]) for m in _STEP_LINE.finditer(text)]
 
 
 def last_step(log: Path) -> str:
     """The step the run's log names last (where a kill landed), or `start-up`."""
-    text = log.read_text(errors="replace")
-    found = [m["step"] for m in _ASSET_LINE.finditer(text) if not m["step"].isdigit()]
-    return found[-1] if found else "start-up"
+    found = step_lines(log)
+    return found[-1][1] if found else "start-up"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A moment of the uninterrupted run: seconds after its start, as the step it was in and the
+    seconds since that step's first log line (so a rerun, which skips finished steps, is killed
+    at the same point of the work however fast this machine is today)."""
+
+    at_s: float
+    step: str
+    offset_s: float
+    # The step and those the reference began after it: a rerun that skips the step (it finished
+    # before an earlier kill) is killed once it reaches any of them.
+    reached_by: tuple[str, ...] = ()
+
+
+def moment_of(reference_log: Path, started_at: float, at_s: float) -> Moment:
+    """Where the reference run (started at epoch `started_at`) was `at_s` seconds in."""
+    firsts: dict[str, float] = {}
+    for when, step in step_lines(reference_log):
+        firsts.setdefault(step, when - started_at)
+    before = [(first, step) for step, first in firsts.items() if first <= at_s]
+    if not before:
+        return Moment(at_s, "start-up", at_s)
+    first, step = max(before)
+    return Moment(at_s, step, at_s - first, tuple(s for s, f in firsts.items() if f >= first))
+
+
+def kill_at(folder: RunFolder, run: MainRun, moment: Moment, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> str:
+    """Start the run and SIGKILL it (and all it started) at `moment`: once its log shows the moment's
+    step, that many seconds into it. Returns the step it was in, or `after the end`."""
+    process = folder.start(run, log)
+    deadline = time.monotonic() + timeout_s
+    if moment.step != "start-up":
+        while not set(moment.reached_by) & {step for _, step in step_lines(log)} and process.poll() is None:
+            assert time.monotonic() < deadline, f"{run.name} never reached {moment.step}"
+            time.sleep(0.2)
+    if process.poll() is None:
+        time.sleep(moment.offset_s)
+    finished = process.poll() is not None
+    kill_group(process)
+    process.wait()
+    return "after the end" if finished else last_step(log)
 
 
 # --- what a run leaves ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ error that names it and says what to do; none turns into a silent wrong number.
 | the replica, replaced while it is read | a reader sees a whole, consistent copy every time |
 | a lock file of a dead process | taken over, saying whose it was; the warehouse lock is free at once |
 | the pool file, changed while a run is going | the next step that reads it refuses, naming it |
+| a truncated gate verdict (or any JSON artifact read through `read_json_checked`) | refused, naming the file |
 
 (The world model's damaged, foreign and pickled files: `tests/conductor_pipeline/world_model/test_persistence.py`.)
 """
@@ -222,3 +223,14 @@ def test_a_pool_file_changed_while_a_run_is_going_is_refused_by_the_next_step(tm
     assert str(pool_file) in message and "changed while this run was going" in message and "Rerun" in message
     rebuilt = PoolResource(pool=str(pool_file), pool_sha256=hashlib.sha256(pool_file.read_bytes()).hexdigest())
     assert rebuilt.load().name == "edited-mid-run"  # a rerun (definitions built again) uses the new file
+
+
+def test_a_truncated_gate_verdict_is_refused_by_name_never_read_as_a_pass(tmp_path: Path) -> None:
+    from conductor_pipeline.files import DamagedArtifactError
+    from conductor_pipeline.training.gates import evaluate_zero_variance, read_verdict, write_verdict
+
+    path = tmp_path / "gates" / "zero_variance_gate.json"
+    write_verdict(path, evaluate_zero_variance([{"frac_zero_std": 0.0}], probe_run_id="p", group_size=4, groups_per_step=2))
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(DamagedArtifactError, match=str(path)):
+        read_verdict(path)

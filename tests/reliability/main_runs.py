@@ -9,7 +9,6 @@ by constructing another `MainRun`.
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import re
@@ -97,77 +96,104 @@ def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def run_to_end(folder: RunFolder, run: MainRun, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> float:
-    """Run to completion; returns the wall time, raising with the output's tail when it fails."""
+def log_lines(log: Path) -> list[str]:
+    return log.read_text(errors="replace").splitlines() if log.is_file() else []
+
+
+def run_to_end(
+    folder: RunFolder, run: MainRun, log: Path, timeout_s: float = RUN_TIMEOUT_S, progress: list | None = None
+) -> float:
+    """Run to completion; returns the wall time, raising with the output's tail when it fails.
+    `progress` gets (seconds since start, lines of output so far) every quarter second."""
     started = time.monotonic()
     process = folder.start(run, log)
-    try:
-        code = process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(process)
-        process.wait()
-        raise AssertionError(f"{run.name} ran past {timeout_s}s:\n{log.read_text(errors='replace')[-4000:]}") from None
-    if code != 0:
-        raise AssertionError(f"{run.name} exited {code}:\n{log.read_text(errors='replace')[-6000:]}")
+    while process.poll() is None:
+        if time.monotonic() - started > timeout_s:
+            kill_group(process)
+            process.wait()
+            raise AssertionError(f"{run.name} ran past {timeout_s}s:\n{log.read_text(errors='replace')[-4000:]}")
+        if progress is not None:
+            progress.append((time.monotonic() - started, len(log_lines(log))))
+        time.sleep(0.25)
+    if process.returncode != 0:
+        raise AssertionError(f"{run.name} exited {process.returncode}:\n{log.read_text(errors='replace')[-6000:]}")
     return time.monotonic() - started
 
 
-# A log line of a step: its timestamp (UTC, to the second) and the step.
-_STEP_LINE = re.compile(
-    r"^(?P<when>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \+0000 - dagster - \w+ - \w+ - [0-9a-f-]{36} - (?P<step>[a-z_][a-z_0-9]*) - ",
-    re.MULTILINE,
-)
+# A log line of a step: the step it names.
+_STEP_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+0000 - dagster - \w+ - \w+ - [0-9a-f-]{36} - (?P<step>[a-z_][a-z_0-9]*) - ")
 
 
-def step_lines(log: Path) -> list[tuple[float, str]]:
-    """(epoch seconds, step) of every step log line, in order."""
-    text = log.read_text(errors="replace")
-    return [(calendar.timegm(time.strptime(m["when"], "%Y-%m-%d %H:%M:%S")), m["step"]) for m in _STEP_LINE.finditer(text)]
+def step_starts(lines: list[str]) -> dict[str, int]:
+    """Each step's first line, by index, in the order the steps began."""
+    firsts: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        match = _STEP_LINE.match(line)
+        if match:
+            firsts.setdefault(match["step"], index)
+    return firsts
 
 
 def last_step(log: Path) -> str:
     """The step the run's log names last (where a kill landed), or `start-up`."""
-    found = step_lines(log)
-    return found[-1][1] if found else "start-up"
+    steps = [m["step"] for m in map(_STEP_LINE.match, log_lines(log)) if m]
+    return steps[-1] if steps else "start-up"
 
 
 @dataclass(frozen=True)
 class Moment:
-    """A moment of the uninterrupted run: seconds after its start, as the step it was in and the
-    seconds since that step's first log line (so a rerun, which skips finished steps, is killed
-    at the same point of the work however fast this machine is today)."""
+    """A moment of the uninterrupted run as a point of the work: the step it was in, how many lines
+    of output that step had printed, and the seconds since the last of them. A rerun skips finished
+    steps and a loaded machine is slower, so a run is killed at the same point of its output
+    instead of the same second: once the step has printed as many lines, that many seconds later,
+    or as soon as the next line comes (the work got past the moment sooner)."""
 
     at_s: float
     step: str
-    offset_s: float
+    lines_in: int
+    after_s: float
     # The step and those the reference began after it: a rerun that skips the step (it finished
     # before an earlier kill) is killed once it reaches any of them.
     reached_by: tuple[str, ...] = ()
 
+    def describe(self) -> str:
+        return f"{self.step}, after its line {self.lines_in} + {self.after_s:.1f}s"
 
-def moment_of(reference_log: Path, started_at: float, at_s: float) -> Moment:
-    """Where the reference run (started at epoch `started_at`) was `at_s` seconds in."""
-    firsts: dict[str, float] = {}
-    for when, step in step_lines(reference_log):
-        firsts.setdefault(step, when - started_at)
-    before = [(first, step) for step, first in firsts.items() if first <= at_s]
-    if not before:
-        return Moment(at_s, "start-up", at_s)
-    first, step = max(before)
-    return Moment(at_s, step, at_s - first, tuple(s for s, f in firsts.items() if f >= first))
+
+def moment_of(reference_log: Path, progress: list[tuple[float, int]], at_s: float) -> Moment:
+    """Where the reference run was `at_s` seconds in (`progress`: its (seconds, lines) samples)."""
+    lines_then = max([count for when, count in progress if when <= at_s], default=0)
+    line_seen_at = min([when for when, count in progress if count >= lines_then], default=0.0)
+    starts = step_starts(log_lines(reference_log))
+    begun = [(index, step) for step, index in starts.items() if index < lines_then]
+    if not begun:
+        return Moment(at_s, "start-up", lines_then, at_s - line_seen_at)
+    index, step = max(begun)
+    later = tuple(s for s, i in starts.items() if i >= index)
+    return Moment(at_s, step, lines_then - index, at_s - line_seen_at, later)
 
 
 def kill_at(folder: RunFolder, run: MainRun, moment: Moment, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> str:
-    """Start the run and SIGKILL it (and all it started) at `moment`: once its log shows the moment's
-    step, that many seconds into it. Returns the step it was in, or `after the end`."""
+    """Start the run and SIGKILL it (and all it started) at `moment`. Returns the step it was in,
+    or `after the end` when it finished first."""
     process = folder.start(run, log)
     deadline = time.monotonic() + timeout_s
-    if moment.step != "start-up":
-        while not set(moment.reached_by) & {step for _, step in step_lines(log)} and process.poll() is None:
-            assert time.monotonic() < deadline, f"{run.name} never reached {moment.step}"
-            time.sleep(0.2)
-    if process.poll() is None:
-        time.sleep(moment.offset_s)
+    reached_at: float | None = None
+    reached_lines = 0
+    while process.poll() is None:
+        assert time.monotonic() < deadline, f"{run.name} never reached {moment.describe()}"
+        lines = log_lines(log)
+        starts = step_starts(lines)
+        if reached_at is None:
+            here = starts.get(moment.step, 0 if moment.step == "start-up" else None)
+            past = any(step in starts for step in moment.reached_by[1:])
+            if past or (here is not None and len(lines) - here >= moment.lines_in):
+                reached_at, reached_lines = time.monotonic(), len(lines)
+                if past:
+                    break
+        elif time.monotonic() - reached_at >= moment.after_s or len(lines) > reached_lines:
+            break
+        time.sleep(0.05)
     finished = process.poll() is not None
     kill_group(process)
     process.wait()

@@ -66,7 +66,7 @@ def test_training_resumes_from_the_last_whole_checkpoint_when_the_latest_is_trun
 
     def train(steps: int) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-m", "tests.reliability.train_driver", str(model), str(out), "--max-steps", str(steps)]
-        return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
 
     assert train(2).returncode == 0
     weights = out / "checkpoint-2" / "model.safetensors"

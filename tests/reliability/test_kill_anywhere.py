@@ -5,11 +5,11 @@ artifacts that were never corrupted.
 First an uninterrupted run of the same commit (the reference). The N kill moments are spread over
 its wall time: the i-th is a seeded uniform moment within the i-th N-th of it (KILL_SEED replays a
 schedule; it is printed), and each is turned into a point of the work, the step the reference was
-in and the seconds since that step began (`Moment`), so a run is killed at the same point however
-loaded the machine is. The points are taken in chains of KILL_CHAIN: a fresh folder, the run killed
+in, how many lines of output it had printed and the seconds since the last (`Moment`), so a run is
+killed at the same point of the work however loaded the machine is. The points are taken in chains of KILL_CHAIN: a fresh folder, the run killed
 (with everything it started) at the chain's first point, rerun and killed at its second, and so on,
 then rerun until it exits 0 (KILL_CHAIN=1: every point on a fresh folder of its own). Each rerun must
-mark the killed run failed and go on without a failed step; at the end of the chain it is compared
+go on without a failed step, and no run may be left unfinished (each killed one is marked failed); at the end of the chain it is compared
 with the reference: the eval run id, the gate figure, the trained checkpoint's step and every eval
 table (arm accuracies, every paired comparison, the running gap, the cost sweep) must be identical;
 the warehouse must hold no duplicate key, no call without its workflow and no parsed workflow
@@ -32,7 +32,6 @@ import importlib
 import os
 import random
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +86,7 @@ class KillPoint:
         verdict = "identical" if self.identical else "DIFFERENT" if self.recovered else "NOT RECOVERED"
         problems = f"; {'; '.join(self.problems)}" if self.problems else ""
         m = self.moment
-        return (f"kill {self.index + 1} at {m.at_s:.1f}s of the reference ({m.step} +{m.offset_s:.1f}s), landed in "
+        return (f"kill {self.index + 1} at {m.at_s:.1f}s of the reference ({m.describe()}), landed in "
                 f"{self.landed}: {'recovered' if self.recovered else 'not recovered'}, {verdict}{problems}")
 
 
@@ -152,13 +151,13 @@ def try_chain(tmp: Path, run: MainRun, number: int, points: list[KillPoint], ref
 def kill_anywhere(tmp: Path, run: MainRun, points: int, per_chain: int, seed: int) -> tuple[list[KillPoint], float]:
     """The uninterrupted reference, then every chain of kill points; returns the points and the reference's wall time."""
     reference_folder = RunFolder(tmp / "reference").prepare()
-    started = time.time()
-    wall = run_to_end(reference_folder, run, reference_folder.root / "run.log")
+    progress_samples: list[tuple[float, int]] = []
+    wall = run_to_end(reference_folder, run, reference_folder.root / "run.log", progress=progress_samples)
     reference = read_outcome(reference_folder)
     assert not warehouse_problems(reference_folder)
     assert not artifact_problems(reference_folder)[0]
     rng = random.Random(seed)
-    moments = [moment_of(reference_folder.root / "run.log", started, at) for at in kill_moments(wall, points, rng)]
+    moments = [moment_of(reference_folder.root / "run.log", progress_samples, at) for at in kill_moments(wall, points, rng)]
     results = [KillPoint(i, moment) for i, moment in enumerate(moments)]
     progress = os.environ.get("KILL_ANYWHERE_PROGRESS")
     for number, chain in enumerate(chains(results, per_chain)):

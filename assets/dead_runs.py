@@ -220,10 +220,12 @@ class SlotWaitMonitor:
 
     @contextmanager
     def watching(self) -> Iterator[SlotWaitMonitor]:
-        """Watch for the duration of the block (call from the main thread: it sets the wakeup fd)."""
+        """Watch for the duration of the block. Signals are seen only from the main thread (where
+        Python runs signal handlers and the wakeup fd can be set); elsewhere slots are still watched."""
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
-        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False) if on_main_thread else None
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(read_end, stop), name="slot-wait-monitor", daemon=True)
         watcher.start()
@@ -231,7 +233,8 @@ class SlotWaitMonitor:
             yield self
         finally:
             stop.set()
-            signal.set_wakeup_fd(previous)
+            if on_main_thread:
+                signal.set_wakeup_fd(previous)
             os.write(write_end, b"\0")  # wake the watcher so it sees `stop`
             watcher.join(timeout=5)
             os.set_blocking(read_end, False)

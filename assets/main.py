@@ -280,7 +280,7 @@ def run_main_jobs(
                 out(f"   gate closed at {event.step_key}: downstream assets were not materialized")
             else:
                 report.failed.append(event.step_key)
-                out(f"   step {event.step_key} failed: {error.message.strip()}")
+                out(f"   step {event.step_key} failed: {root_cause(error).message.strip()}")
         if monitor.signal is not None:
             report.interrupted = signal.Signals(monitor.signal).name
             out(f"== interrupted by {report.interrupted}: run {result.run_id} stopped, its slots freed; later jobs "
@@ -370,6 +370,14 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
         print(f"\nFAILED steps: {', '.join(report.failed)}")
     print(f"\nRuns are in {os.environ.get('DAGSTER_HOME')}; `make ui` opens them at http://127.0.0.1:3000")
     return report
+
+
+def root_cause(error):
+    """The error a step's failure comes down to (Dagster wraps what the op raised): the one whose
+    message names the file, the worker or the field."""
+    while error.cause is not None:
+        error = error.cause
+    return error
 
 
 def is_blocking_check_failure(error) -> bool:

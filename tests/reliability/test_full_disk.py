@@ -12,6 +12,7 @@ tmpfs would need root or a user namespace; the shim needs only a C compiler.)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.training.grpo import checkpoint_problem
 
 SHIM_SOURCE = Path(__file__).with_name("enospc_shim.c")
+SHIM_VARIABLES = ("LD_PRELOAD", "ENOSPC_PATH", "ENOSPC_TRIGGER")
 
 
 @pytest.fixture
@@ -45,8 +47,8 @@ def full_disk(tmp_path: Path):
     return env, trigger
 
 
-def run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+def run(argv: list[str], env: dict[str, str], timeout_s: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def test_a_full_disk_while_a_checkpoint_is_written(tmp_path: Path, full_disk) -> None:
@@ -141,7 +143,7 @@ def test_a_full_disk_while_an_eval_table_is_written(tmp_path: Path, full_disk) -
 def test_make_run_on_a_full_disk_fails_naming_the_table_and_a_rerun_resumes(tmp_path: Path, full_disk, monkeypatch) -> None:
     """The real entry point (small settings) with the disk full for eval tables: the run fails in
     `eval_tables`, naming the file; once space is freed the rerun materializes only `eval_tables`."""
-    from tests.reliability.main_runs import SMALL_RUN, RunFolder, artifact_problems, run_to_end
+    from tests.reliability.main_runs import RUN_TIMEOUT_S, SMALL_RUN, RunFolder, artifact_problems, run_to_end
     from tests.shared_data import require_shared_data
 
     require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train",
@@ -150,9 +152,11 @@ def test_make_run_on_a_full_disk_fails_naming_the_table_and_a_rerun_resumes(tmp_
     folder = RunFolder(tmp_path / "run").prepare()
     trigger.touch()
     argv = SMALL_RUN.argv()
-    failed = run(argv, {**env("/eval_tables/"), **{k: v for k, v in folder.env().items() if k != "LD_PRELOAD"}})
+    shim = {key: value for key, value in env("/eval_tables/").items() if key in SHIM_VARIABLES}
+    failed = run(argv, {**folder.env(), **shim}, timeout_s=RUN_TIMEOUT_S)
     assert failed.returncode == 1, failed.stdout[-3000:]
-    assert f"no space left on the device while writing eval table {folder.artifacts / 'eval_tables'}" in failed.stdout
+    said = re.search(r"step eval_tables failed: .*no space left on the device while writing eval table (\S+):", failed.stdout)
+    assert said and said[1].startswith(str(folder.artifacts / "eval_tables")), failed.stdout[-3000:]
     assert "FAILED steps: eval_tables" in failed.stdout
     trigger.unlink()
     log = folder.root / "rerun.log"

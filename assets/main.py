@@ -280,7 +280,7 @@ def run_main_jobs(
                 out(f"   gate closed at {event.step_key}: downstream assets were not materialized")
             else:
                 report.failed.append(event.step_key)
-                out(f"   step {event.step_key} failed: {root_cause(error).message.strip()}")
+                out(f"   step {event.step_key} failed: {raised_by_the_step(error).message.strip()}")
         if monitor.signal is not None:
             report.interrupted = signal.Signals(monitor.signal).name
             out(f"== interrupted by {report.interrupted}: run {result.run_id} stopped, its slots freed; later jobs "
@@ -372,10 +372,10 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
     return report
 
 
-def root_cause(error):
-    """The error a step's failure comes down to (Dagster wraps what the op raised): the one whose
-    message names the file, the worker or the field."""
-    while error.cause is not None:
+def raised_by_the_step(error):
+    """The error the op itself raised, under Dagster's wrapping (`DagsterExecutionStepExecutionError`):
+    the one whose message names the file, the worker or the field."""
+    while error.cls_name.startswith("Dagster") and error.cause is not None:
         error = error.cause
     return error
 

@@ -183,11 +183,13 @@ def test_make_run_frees_a_dead_runs_slot_before_it_plans_anything(
         assert slots(instance) == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_make_run_cleanly_and_a_rerun_resumes(
     env: dict[str, str], main_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Ctrl-C in a terminal (SIGINT to the whole process group) while a job runs: the run stops,
-    saying so (exit 130), no later job starts, no run is left STARTED, no slot claimed; a rerun goes on."""
+    saying so (exit 130), no later job starts, no run is left STARTED, no slot claimed; a rerun goes
+    on. (Slow set: the signal handling itself is tested on `slot_jobs` in the default suite.)"""
     argv = [sys.executable, "-u", "-m", "assets.main", "--only", "corpora_job", "--only", "probe_job"]
     log = tmp_path / "main.log"
     with log.open("wb") as out:

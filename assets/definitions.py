@@ -13,8 +13,12 @@ import dagster as dg
 
 from assets import corpora, evaluation, pool_search, probing, training, world_model
 from assets.deployment import profile_from_env, run_tags, with_job_tags
+from assets.run_settings import RunSettings
 from assets.versions import with_code_versions
+from conductor_pipeline.files import file_sha256
+from conductor_pipeline.pools.config import pool_path
 from resources.conductor import ConductorPolicyResource
+from resources.json_io import JsonIOManager
 from resources.pool import PoolResource, default_pool_name
 from resources.trainer import TrainerResource
 from resources.vllm import VllmLauncherResource
@@ -46,26 +50,37 @@ eval_job = dg.define_asset_job(
 MAIN_JOBS = [corpora_job, probe_job, analysis_job, eval_job]
 
 
-def build_definitions(pool: str) -> dg.Definitions:
-    """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile.
+def pool_file_digest(pool: str) -> str | None:
+    """The pool file's sha256 as the definitions are built (None when there is no such file: the
+    first step that loads the pool says so)."""
+    path = pool_path(pool)
+    return file_sha256(path) if path.is_file() else None
+
+
+def build_definitions(pool: str, settings: RunSettings | None = None) -> dg.Definitions:
+    """Every stage for worker pool `pool` (a name under data/pools/ or a pool file), local profile,
+    with the resource and op settings of `settings` (a `--config` file; None: the defaults).
     The main and training jobs' runs carry the pool, the code's commit and the profile as tags (the
     re-probe job is left as the schedule that targets it declares it). Every asset carries its code
     version (assets/versions.py), so Dagster tells which are stale."""
+    settings = settings or RunSettings()
     pool_probing = probing.pool_probing_definitions(pool)
     # Serves the pool's `vllm` seats for the steps that call them; configurable per run (`resources.vllm`).
     vllm = VllmLauncherResource.configure_at_launch()
     resources = {
-        "warehouse": WarehouseResource(),
+        "warehouse": WarehouseResource(**settings.resource("warehouse")),
         "vllm": vllm,
-        "pool": PoolResource(pool=pool, vllm=vllm),
-        "conductor": ConductorPolicyResource(),
-        "trainer": TrainerResource(),
-        # Outputs passed between assets (eval_arms -> eval_tables) are kept under $DAGSTER_HOME, not in
-        # memory, so a stale eval_tables can be recomputed alone from a fresh eval_arms.
-        "io_manager": dg.FilesystemIOManager(),
+        "pool": PoolResource(pool=pool, vllm=vllm, pool_sha256=pool_file_digest(pool)),
+        "conductor": ConductorPolicyResource(**settings.resource("conductor")),
+        "trainer": TrainerResource(**settings.resource("trainer")),
+        # Outputs passed between assets (eval_arms -> eval_tables) are kept on disk, not in memory, so
+        # a stale eval_tables can be recomputed alone from a fresh eval_arms; as JSON, never pickles.
+        "io_manager": JsonIOManager(),
     }
     return dg.Definitions(
-        assets=with_code_versions([pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)], resources),
+        assets=with_code_versions(
+            [pool_probing.probe_calls, *dg.load_assets_from_modules(STAGE_MODULES)], resources, settings.ops
+        ),
         asset_checks=dg.load_asset_checks_from_modules(STAGE_MODULES),
         jobs=[*with_job_tags([*MAIN_JOBS, *training.TRAINING_JOBS], run_tags(pool)), *probing.PROBING_JOBS],
         schedules=[pool_probing.reprobe_schedule],
@@ -74,10 +89,10 @@ def build_definitions(pool: str) -> dg.Definitions:
     )
 
 
-def definitions_for(pool: str) -> dg.Definitions:
-    """`build_definitions(pool)` in the deployment profile named by $CORYPHAEUS_PROFILE
+def definitions_for(pool: str, settings: RunSettings | None = None) -> dg.Definitions:
+    """`build_definitions(pool, settings)` in the deployment profile named by $CORYPHAEUS_PROFILE
     (`k8s`: the Kubernetes executor and GPU requests, see assets/deployment.py)."""
-    return profile_from_env(build_definitions(pool))
+    return profile_from_env(build_definitions(pool, settings))
 
 
 @dg.definitions

@@ -48,6 +48,7 @@ from conductor_pipeline.evaluation.slices import (
     find_leaks,
     training_question_ids,
 )
+from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
 from conductor_pipeline.grading.regrade import StaleGradesError, require_current_grades
 from conductor_pipeline.pools.backends.base import RecordedWorker
 from conductor_pipeline.probing.pass_rates import pass_rate_table
@@ -492,19 +493,19 @@ def eval_tables(
     )
 
     out_dir = warehouse.artifact_dir("eval_tables")
-    results.table.write_parquet(out_dir / f"{eval_arms.run_id}_arms.parquet")
-    results.gap.write_parquet(out_dir / f"{eval_arms.run_id}_running_gap.parquet")
-    comparisons_frame(results.comparisons).write_parquet(out_dir / f"{eval_arms.run_id}_paired.parquet")
+    tables = {"arms": results.table, "running_gap": results.gap, "paired": comparisons_frame(results.comparisons)}
     if results.recursion is not None:
-        results.recursion.write_parquet(out_dir / f"{eval_arms.run_id}_recursion.parquet")
+        tables["recursion"] = results.recursion
     for name, frame in (("conductor_pairs", results.conductor_pairs), ("positions", results.positions),
                         ("order_agreement", results.order_agreement)):
         if frame is not None:
-            frame.write_parquet(out_dir / f"{eval_arms.run_id}_{name}.parquet")
+            tables[name] = frame
     if results.sweep.height:
-        results.sweep.write_parquet(out_dir / f"{eval_arms.run_id}_cost_sweep.parquet")
-    (out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png").write_bytes(results.accuracy_png)
-    (out_dir / f"{eval_arms.run_id}_running_gap.png").write_bytes(results.gap_png)
+        tables["cost_sweep"] = results.sweep
+    for name, frame in tables.items():
+        write_parquet_atomic(frame, out_dir / f"{eval_arms.run_id}_{name}.parquet", "eval table")
+    write_bytes_atomic(out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png", results.accuracy_png, "eval plot")
+    write_bytes_atomic(out_dir / f"{eval_arms.run_id}_running_gap.png", results.gap_png, "eval plot")
     context.log.info(
         f"eval tables for {eval_arms.run_id}: {results.table.height} arms on {results.n_common} common questions"
     )

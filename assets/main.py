@@ -9,16 +9,25 @@ are skipped, with the reason. A second run with nothing changed recomputes nothi
 A failed blocking check (a gate) is reported, not hidden: downstream training then does not run,
 in this run or in later ones, until what the check judged changes.
 `--pool` picks the pool (default $CORYPHAEUS_POOL, else the embedded replay pool); `--force`
-recomputes every asset of the selected jobs. The process is made reproducible first (seeded global
-RNGs, a fixed torch thread count, `--torch-threads`), so two fresh runs print the same figures.
+recomputes every asset of the selected jobs; `--config FILE` sets resources and asset config
+(`assets/run_settings.py`). The process is made reproducible first (seeded global RNGs, a fixed
+torch thread count, `--torch-threads`), so two fresh runs print the same figures.
+
+A run survives being killed anywhere: the next one resumes. Before it plans anything it takes the
+artifacts root's run lock (a second `make run` on the same artifacts waits for the first, saying
+who holds it), marks the instance's runs whose process is gone as failed and frees their
+concurrency slots (`assets/dead_runs.py`). SIGTERM and Ctrl-C stop the run cleanly: the running
+step fails as interrupted, its slots are freed, and no later job starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +37,15 @@ from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, Temp
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleCause, StaleStatus
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._time import get_current_datetime
+from filelock import FileLock
 
+from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs
 from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import run_tags
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from assets.run_settings import RunSettings, RunSettingsError, load_run_settings
+from conductor_pipeline.locks import held_lock
 from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
 from resources.pool import default_pool_name
 
@@ -54,6 +67,12 @@ HEADLINES: list[tuple[str, list[str]]] = [
 ]
 # INFO, not DEBUG: progress lines and failures, without every engine event.
 CONSOLE_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# One headless run at a time per artifacts root: two would train into the same checkpoint folder.
+RUN_LOCK_NAME = ".assets-main.lock"
+# Held while a process creates the instance's storage in $DAGSTER_HOME.
+INSTANCE_SETUP_LOCK = ".instance-setup.lock"
+# Exit status of a run stopped by SIGINT/SIGTERM (the shell's 128 + SIGINT).
+INTERRUPTED_EXIT = 130
 
 
 @dataclass
@@ -73,6 +92,7 @@ class MainRunReport:
     plans: list[JobPlan] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     gated: list[str] = field(default_factory=list)
+    interrupted: str | None = None  # the signal that stopped the run, by name
 
     @property
     def materialized(self) -> list[str]:
@@ -135,12 +155,35 @@ def failed_blocking_check(
     return None
 
 
+def unfinished_blocking_check(
+    defs: dg.Definitions, instance: dg.DagsterInstance, key: dg.AssetKey
+) -> str | None:
+    """A blocking check of `key` that never finished on its latest materialization (the run was
+    killed between the asset's step and the check's). Its verdict is what downstream steps wait on,
+    so the asset runs again, and the check with it."""
+    asset_graph = defs.resolve_asset_graph()
+    blocking = [k for k in asset_graph.get_check_keys_for_assets({key}) if asset_graph.get_check_spec(k).blocking]
+    latest = instance.get_latest_materialization_event(key) if blocking else None
+    if latest is None:
+        return None
+    executions = instance.event_log_storage.get_latest_asset_check_execution_by_key(blocking)
+    for check_key in sorted(blocking, key=lambda k: k.name):
+        execution = executions.get(check_key)
+        finished = execution is not None and execution.status in (
+            AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED
+        )
+        if not finished or execution.run_id != latest.run_id:
+            return check_key.name
+    return None
+
+
 def plan_job(
     defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str, *, force: bool = False
 ) -> JobPlan:
-    """Which of the job's assets run: those missing or stale, and within the job everything
-    downstream of them (their inputs get new data versions when they run). An asset whose input in
-    the job failed a blocking check on its latest materialization is held, as the run would hold it."""
+    """Which of the job's assets run: those missing or stale, those whose blocking check never
+    finished, and within the job everything downstream of them (their inputs get new data versions
+    when they run). An asset whose input in the job failed a blocking check on its latest
+    materialization is held, as the run would hold it."""
     asset_graph = defs.resolve_asset_graph()
     job = next(job for job in MAIN_JOBS if job.name == job_name)
     selected = job.selection.resolve(asset_graph)
@@ -150,9 +193,11 @@ def plan_job(
         name = key.to_user_string()
         parents = [parent for parent in asset_graph.get(key).parent_keys if parent in selected]
         upstream = [p.to_user_string() for p in parents if p.to_user_string() in plan.run]
+        unfinished = None if force else unfinished_blocking_check(defs, instance, key)
         reason = (
             "--force" if force
             else _own_status(resolver, defs.get_assets_def(key), key)
+            or (f"its blocking check {unfinished} never finished on its latest materialization" if unfinished else None)
             or (f"upstream {', '.join(upstream)} is recomputed" if upstream else None)
         )
         if reason is None:
@@ -211,13 +256,16 @@ def run_main_jobs(
         for name, why in plan.run.items():
             out(f"   {name}: {why}")
         job_def = defs.resolve_job_def(job.name)
-        result = job_def.execute_in_process(
-            instance=instance,
-            run_config=run_config(job_def, list(plan.run)) if run_config else CONSOLE_INFO,
-            asset_selection=[dg.AssetKey.from_user_string(name) for name in plan.run],
-            tags={**(tags or {}), **(all_partitions if PROBE_CALLS in plan.run else {})},
-            raise_on_error=False,
-        )
+        run_id = str(uuid.uuid4())
+        with SlotWaitMonitor(instance, run_id, out).watching() as monitor:
+            result = job_def.execute_in_process(
+                instance=instance,
+                run_config=run_config(job_def, list(plan.run)) if run_config else CONSOLE_INFO,
+                asset_selection=[dg.AssetKey.from_user_string(name) for name in plan.run],
+                run_id=run_id,
+                tags={**(tags or {}), **process_tags(), **(all_partitions if PROBE_CALLS in plan.run else {})},
+                raise_on_error=False,
+            )
         checks = [
             f"{e.check_name}={'passed' if e.passed else 'FAILED'}" for e in result.get_asset_check_evaluations()
         ]
@@ -233,8 +281,24 @@ def run_main_jobs(
                 out(f"   gate closed at {event.step_key}: downstream assets were not materialized")
             else:
                 report.failed.append(event.step_key)
-                out(f"   step {event.step_key} failed: {error.message.strip()}")
+                out(f"   step {event.step_key} failed: {raised_by_the_step(error).message.strip()}")
+        if monitor.signal is not None:
+            report.interrupted = signal.Signals(monitor.signal).name
+            out(f"== interrupted by {report.interrupted}: run {result.run_id} stopped, its slots freed; later jobs "
+                "were not started (rerun to resume)")
+            return report
     return report
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: outside a running step it stops the process where it is (Dagster turns
+    both into an interrupted step while one runs)."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def settings_run_config(settings: RunSettings) -> Callable[[dg.JobDefinition, Sequence[str]], Mapping]:
+    """A run's config: console logging at INFO plus the settings file's config of the assets it runs."""
+    return lambda job, assets: {**CONSOLE_INFO, **settings.run_config(list(assets))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,18 +308,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="Recompute every asset, stale or not")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
                         help="torch's intra-op threads; the same count on two runs gives the same figures")
+    parser.add_argument("--config", help="YAML of resource settings and asset config (assets/run_settings.py)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        settings = load_run_settings(args.config) if args.config else RunSettings()
+    except RunSettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     make_reproducible(torch_threads=args.torch_threads)
 
-    defs = definitions_for(args.pool)
-    instance = dg.DagsterInstance.get()
+    defs = definitions_for(args.pool, settings)
+    lock = Path(str(defs.resources["warehouse"].artifacts_root)) / RUN_LOCK_NAME
+    try:
+        with held_lock(lock, f"the artifacts folder {lock.parent} (a run holds it)", log=print):
+            report = _run_locked(defs, open_instance(), args, settings)
+    except KeyboardInterrupt as exc:
+        print(f"\ninterrupted ({exc or 'SIGINT'}): nothing more runs; rerun to resume")
+        return INTERRUPTED_EXIT
+    if report.interrupted:
+        return INTERRUPTED_EXIT
+    return 1 if report.failed else 0
+
+
+def open_instance() -> dg.DagsterInstance:
+    """This project's Dagster instance ($DAGSTER_HOME), its storage created under a lock in that
+    folder: two processes creating a fresh SQLite instance at the same moment race in Dagster's
+    schema migration, and one of them crashes."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        return dg.DagsterInstance.get()
+    with FileLock(str(Path(home) / INSTANCE_SETUP_LOCK)):
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # creates the storage if it is not there yet
+    return instance
+
+
+def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argparse.Namespace, settings: RunSettings) -> MainRunReport:
+    """What `main` does holding the run lock: free what dead runs hold, plan and run the jobs, report."""
+    reap_dead_runs(instance, print)
     force = args.force
     missing = warehouse_is_missing(defs)
     if missing is not None and not force:
         print(f"no warehouse at {missing}: recomputing everything")
         force = True
     # pool, commit, profile: two runs of `make run` stay apart in the UI
-    report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=run_tags(args.pool))
+    report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=run_tags(args.pool),
+                           run_config=settings_run_config(settings))
+    if report.interrupted:
+        return report
     print_headlines(instance)
     fresh = [name for plan in report.plans for name in plan.fresh]
     held = {name: why for plan in report.plans for name, why in plan.held.items()}
@@ -269,7 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     if report.failed:
         print(f"\nFAILED steps: {', '.join(report.failed)}")
     print(f"\nRuns are in {os.environ.get('DAGSTER_HOME')}; `make ui` opens them at http://127.0.0.1:3000")
-    return 1 if report.failed else 0
+    return report
+
+
+def raised_by_the_step(error):
+    """The error the op itself raised, under Dagster's wrapping (`DagsterExecutionStepExecutionError`):
+    the one whose message names the file, the worker or the field."""
+    while error.cls_name.startswith("Dagster") and error.cause is not None:
+        error = error.cause
+    return error
 
 
 def is_blocking_check_failure(error) -> bool:

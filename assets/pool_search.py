@@ -24,6 +24,7 @@ import polars as pl
 from pydantic import Field
 
 from assets.world_model import library_field
+from conductor_pipeline.files import write_parquet_atomic, write_text_atomic
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.probing.pool_search import PoolSearchError, PoolSearchSettings, search_pools
 from conductor_pipeline.probing.recorded_outcomes import RecordedOutcomesError, recorded_sample_outcomes
@@ -119,9 +120,10 @@ def pool_search(
 
     out_dir = warehouse.artifact_dir("pool_search")
     table_path = out_dir / f"{searched_pool.name}-search.parquet"
-    report.table().write_parquet(table_path)
+    write_parquet_atomic(report.table(), table_path, "pool-search table")
     report_path = out_dir / f"{searched_pool.name}-search.md"
-    report_path.write_text(
+    write_text_atomic(
+        report_path,
         "# Pool search\n\n" + "\n".join(f"- {line}" for line in report.verdicts) + "\n\n" + report.to_markdown()
         + "\n## Who wins where (eval split)\n\n" + report.subject_markdown()
     )

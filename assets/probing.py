@@ -17,6 +17,7 @@ from pydantic import Field
 from assets.metadata import png_markdown
 from assets.versions import probe_calls_data_version
 from conductor_pipeline.corpora.summaries import population_text
+from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
 from conductor_pipeline.grading.regrade import StaleGradesError
 from conductor_pipeline.plots import pass_rate_plot
 from conductor_pipeline.pools.config import load_pool
@@ -175,10 +176,10 @@ def pass_rates(
     workers = [w for w in pool_config.solo_worker_names if w in set(summary["worker"].to_list())]
     out_dir = warehouse.artifact_dir("pass_rates")
     table_path = out_dir / f"{pool_config.name}.parquet"
-    rates.write_parquet(table_path)
+    write_parquet_atomic(rates, table_path, "pass-rate table")
     png = pass_rate_plot(rates, workers, f"{pool_config.name}: pass-rate distribution per worker")
     plot_path = out_dir / f"{pool_config.name}.png"
-    plot_path.write_bytes(png)
+    write_bytes_atomic(plot_path, png, "pass-rate plot")
     samples = rates["samples"]
     context.log.info(f"pass rates of {rates.height} question x worker pairs written to {table_path}")
     return dg.MaterializeResult(

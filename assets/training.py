@@ -32,6 +32,7 @@ from assets.world_model import world_model_path
 from conductor_pipeline.conductor.policies import policy_fingerprint
 from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
+from conductor_pipeline.files import write_bytes_atomic
 from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
@@ -79,7 +80,9 @@ from conductor_pipeline.training.telemetry import (
     PARSE_CHECK_BEFORE,
     RolloutLog,
     RowBuffer,
+    forget_run,
     rollout_row_counts,
+    rollout_run_id,
 )
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_OK
@@ -224,6 +227,18 @@ def _run_key(trainer: TrainerResource, settings: GRPOSettings, training: Trainin
     )[:16]
 
 
+def _repeatable_run_id(
+    context: dg.AssetExecutionContext, kind: str, pool: str, policy: Path | str, training: TrainingSet
+) -> str:
+    """The id the warm start's parse-check rollouts are logged under: what decides them (the asset's
+    code version, the policy's weights, the questions), so a rerun after an interruption is the same
+    run and starts by deleting what the interrupted attempt left (`forget_run`)."""
+    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    run_id = rollout_run_id(kind, pool, code_version, policy_fingerprint(policy), [q.question_id for q in training.questions])
+    forget_run(training.store, run_id)
+    return run_id
+
+
 # ---------------------------------------------------------------------------- metadata
 
 
@@ -263,8 +278,7 @@ def _run_metadata(
         return {}
     halves = tuple(half.as_dict() for half in telemetry.halves) if telemetry.halves is not None else None
     png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves, telemetry.fan_out)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    png_path.write_bytes(png)
+    write_bytes_atomic(png_path, png, "training curves")
     last = frame.row(-1, named=True)
     codes = parse_code_totals(frame["parse_codes"].to_list())
     if telemetry.mismatches:
@@ -420,7 +434,7 @@ def warm_start_policy(
     samples = trainer.parse_check_samples
     n_checked = len(check_rows) * samples
     # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
-    check_run_id = f"warm-start-{pool_config.name}-{context.run_id[:8]}"
+    check_run_id = _repeatable_run_id(context, "warm-start", pool_config.name, base, training)
     with _telemetry(training.store) as writer:
         executor = _rollout_executor(training, settings, trainer, pool, training.questions)
 
@@ -512,8 +526,10 @@ def grpo_probe_run(
     if manifest is not None and len(manifest["steps"]) >= settings.max_steps:
         context.log.info(f"probe {probe_run_id} of these inputs already finished (dagster run {manifest['dagster_run_id']})")
     else:
-        resume_step = forget_steps_after_checkpoint(store, probe_run_id, output_dir)
-        context.log.info(f"probe {probe_run_id}: " + (f"resuming after step {resume_step}" if resume_step else "starting"))
+        # An unfinished probe of the same inputs (a killed run) starts again from scratch, its rows
+        # deleted first, so its figures are an uninterrupted probe's.
+        forget_run(store, probe_run_id)
+        context.log.info(f"probe {probe_run_id}: starting")
         with _telemetry(store) as writer:
             executor = _executor(
                 training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],
@@ -521,7 +537,7 @@ def grpo_probe_run(
             )
             run_pool_grpo(
                 start_policy, training, executor, settings, output_dir,
-                run_id=probe_run_id, phase="probe", resume=True, log=context.log.info,
+                run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
                 progress=_observe_progress(context),
             )
             pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions, device)

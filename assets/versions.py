@@ -158,24 +158,27 @@ def asset_module(assets_def: dg.AssetsDefinition) -> str:
     return assets_def.op.compute_fn.decorated_fn.__module__
 
 
-def code_version(module: str, resources: Mapping[str, object]) -> str:
-    """The code version of an asset defined in `module` that uses `resources` (key -> resource)."""
+def code_version(module: str, resources: Mapping[str, object], config: Mapping | None = None) -> str:
+    """The code version of an asset defined in `module` that uses `resources` (key -> resource),
+    run with op `config` (a `--config` file's, `assets/run_settings.py`; None: the defaults)."""
     sources = source_closure(module)
     files = [*sources, *named_files(sources)]
     return _digest([
         *(f"{path.relative_to(PROJECT_ROOT)}:{_file_digest(path)}" for path in files),
         *(f"resource {key}: {resource_fingerprint(resources[key])}" for key in sorted(resources)),
+        *([f"config: {json.dumps(config, sort_keys=True)}"] if config else []),
     ])
 
 
 def with_code_versions(
-    assets: Iterable[dg.AssetsDefinition], resources: Mapping[str, object]
+    assets: Iterable[dg.AssetsDefinition], resources: Mapping[str, object], op_config: Mapping[str, Mapping] | None = None
 ) -> list[dg.AssetsDefinition]:
-    """Each asset with its code version (`code_version`) from its module and the resources it uses."""
+    """Each asset with its code version (`code_version`) from its module, the resources it uses and
+    the op config it runs with (`op_config`: op name -> config)."""
     versioned = []
     for assets_def in assets:
         used = {key: resources[key] for key in assets_def.required_resource_keys if key in resources}
-        version = code_version(asset_module(assets_def), used)
+        version = code_version(asset_module(assets_def), used, (op_config or {}).get(assets_def.op.name))
         versioned.append(assets_def.map_asset_specs(lambda spec, v=version: spec.replace_attributes(code_version=v)))
     return versioned
 

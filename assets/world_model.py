@@ -19,10 +19,12 @@ from pydantic import BaseModel
 
 from assets.metadata import png_markdown
 from assets.probing import pass_rates
+from conductor_pipeline.files import write_bytes_atomic, write_text_atomic
 from conductor_pipeline.world_model.data import load_training_frame, rows_by_source
 from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.persistence import WorldModelFileError
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
@@ -34,7 +36,7 @@ BEATS_MARGINAL_DESCRIPTION = (
     "is stronger; it says nothing about the subject-aware baselines, which the verdict reports separately."
 )
 # Where the pool's train-split W is saved, next to its all-data W (`world_model_path`).
-TRAIN_SPLIT_W_SUFFIX = "-train-split.pkl"
+TRAIN_SPLIT_W_SUFFIX = "-train-split"
 
 
 def library_field(settings: type[BaseModel], name: str) -> Any:
@@ -74,8 +76,9 @@ class WorldModelConfig(WorldModelFitConfig):
 
 
 def world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
-    """Where the pool's world model is saved; the training assets read it from here for pruning."""
-    return warehouse.artifact_dir("world_model") / f"{pool_name}.pkl"
+    """Where the pool's world model is saved (a folder: LightGBM model files, JSON state, a manifest);
+    the training assets read it from here for pruning."""
+    return warehouse.artifact_dir("world_model") / pool_name
 
 
 def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -> Path:
@@ -132,16 +135,17 @@ def world_model_report(
     pool_config = pool.load()
     frame = load_training_frame(warehouse.get_warehouse())
     seats = {seat.name: seat for seat in pool_config.workers}
-    model_path = world_model_path(warehouse, pool_config.name)
-    if not model_path.exists():
-        raise dg.Failure(f"no world model at {model_path}: materialize world_model first")
+    try:
+        full_model = WorldModel.load(world_model_path(warehouse, pool_config.name))
+    except WorldModelFileError as exc:
+        raise dg.Failure(str(exc)) from exc
     settings = config.evaluation_settings({pool_config.name: pool_config.solo_worker_names})
-    report = evaluate_world_model(frame, seats, settings, full_model=WorldModel.load(model_path))
+    report = evaluate_world_model(frame, seats, settings, full_model=full_model)
     out_dir = warehouse.artifact_dir("world_model")
     png_path = out_dir / f"{pool_config.name}-reliability.png"
-    png_path.write_bytes(report.reliability_png)
+    write_bytes_atomic(png_path, report.reliability_png, "reliability diagram")
     report_path = out_dir / f"{pool_config.name}-report.md"
-    report_path.write_text(report.to_markdown(image_path=png_path.name))
+    write_text_atomic(report_path, report.to_markdown(image_path=png_path.name), "world-model report")
     for line in report.verdicts:
         context.log.info(line)
     questions = report.split("questions")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 import shutil
 import time
@@ -37,6 +36,7 @@ import polars as pl
 import pyarrow as pa
 from filelock import FileLock
 
+from conductor_pipeline.files import is_disk_full, temporary_sibling, write_failure
 from conductor_pipeline.paths import SQL_DIR
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,28 @@ _LOCK_HOLDER = re.compile(
 
 class WarehouseBusyError(RuntimeError):
     """Another process kept the warehouse file open for longer than the writer would wait."""
+
+
+class WarehouseDamagedError(RuntimeError):
+    """The warehouse file is truncated or corrupt: DuckDB cannot read it. Nothing is written to it."""
+
+
+# DuckDB's messages for a file it cannot read as a database: cut short, or not DuckDB's at all.
+_DAMAGE = re.compile(r"Could not read enough bytes|not a valid DuckDB database file|Corrupt database file|checksum")
+
+
+def damage_error(path: Path, replica: Path | None, exc: BaseException) -> WarehouseDamagedError:
+    """The error for a warehouse DuckDB cannot read: the file, and the two ways out."""
+    if replica is not None and replica.is_file():
+        taken = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(replica.stat().st_mtime))
+        restore = (f"copy its read-only replica {replica} (taken {taken}; rows written after that are lost) over "
+                   f"it with no run going, or ")
+    else:
+        restore = ""
+    return WarehouseDamagedError(
+        f"warehouse {path} is damaged (truncated or corrupt: {exc}). Nothing was written to it. To go on, "
+        f"{restore}move it away and rerun `make run`, which recomputes everything into a new warehouse"
+    )
 
 
 def lock_holder(message: str) -> str | None:
@@ -123,6 +145,8 @@ class Warehouse:
                 return duckdb.connect(str(self.path))
             except duckdb.IOException as exc:
                 holder = lock_holder(str(exc))
+                if holder is None and _DAMAGE.search(str(exc)):
+                    raise damage_error(self.path, self.replica_path, exc) from exc
                 if holder is None:
                     raise
                 now = time.monotonic()
@@ -155,6 +179,12 @@ class Warehouse:
                     con.execute(load_sql("schema"))
                     self._schema_applied = True
                 yield con
+            except duckdb.Error as exc:  # a truncation can surface only when a damaged block is read
+                if _DAMAGE.search(str(exc)):
+                    raise damage_error(self.path, self.replica_path, exc) from exc
+                if is_disk_full(exc):
+                    raise self._disk_full(exc) from exc
+                raise
             finally:
                 con.close()
 
@@ -169,8 +199,10 @@ class Warehouse:
                     for name in names:
                         rows = con.execute(load_sql(name), params).fetchall()
                     con.commit()
-                except BaseException:
-                    con.rollback()
+                except BaseException as exc:
+                    _roll_back(con)
+                    if is_disk_full(exc):
+                        raise self._disk_full(exc) from exc
                     raise
             self._refresh_replica(min_age_s=self.replica_interval_s)
         return rows
@@ -207,11 +239,17 @@ class Warehouse:
                         finally:
                             con.unregister("batch")
                     con.commit()
-                except BaseException:
-                    con.rollback()
+                except BaseException as exc:
+                    _roll_back(con)
+                    if is_disk_full(exc):
+                        raise self._disk_full(exc) from exc
                     raise
             self._refresh_replica(min_age_s=self.replica_interval_s)
         return inserted
+
+    def _disk_full(self, exc: BaseException) -> OSError:
+        """A write that failed on a full disk: the file, that nothing of it landed, and the way on."""
+        return write_failure(self.path, "to the warehouse", exc, "its transaction was rolled back: none of its rows landed")
 
     def refresh_replica(self) -> bool:
         """Copy the warehouse to its replica if the replica is older than the file; True if copied.
@@ -235,9 +273,13 @@ class Warehouse:
         if Path(f"{self.path}.wal").exists():  # a WAL left by a crash: fold it into the file first
             self._open().close()
         replica.parent.mkdir(parents=True, exist_ok=True)
-        staging = replica.with_name(f".{replica.name}.{os.getpid()}.tmp")
-        shutil.copyfile(self.path, staging)
-        staging.replace(replica)
+        staging = temporary_sibling(replica)
+        try:
+            shutil.copyfile(self.path, staging)
+            staging.replace(replica)
+        except OSError as exc:
+            staging.unlink(missing_ok=True)
+            raise write_failure(replica, "the warehouse replica", exc) from exc
         return True
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> pl.DataFrame:
@@ -250,6 +292,14 @@ class Warehouse:
     ) -> pl.DataFrame:
         """Run `sql/<name>.sql` with DuckDB parameters."""
         return self.query(load_sql(name), params)
+
+
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back a failed transaction (after a fatal write error DuckDB has already abandoned it)."""
+    try:
+        con.rollback()
+    except duckdb.Error:
+        logger.debug("rollback after a failed write: the transaction was already abandoned")
 
 
 def sql_row_over_frames(name: str, **relations: pl.DataFrame) -> dict[str, Any]:

@@ -16,10 +16,11 @@ from contextlib import ExitStack, contextmanager
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from conductor_pipeline.files import file_sha256
 from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.backends.vllm_server import VllmUnavailableError, seats_to_launch
-from conductor_pipeline.pools.config import PoolConfig, WorkerSeat, check_api_keys, load_pool
+from conductor_pipeline.pools.config import PoolConfig, WorkerSeat, check_api_keys, load_pool, pool_path
 from conductor_pipeline.pools.governor import Governor
 from resources.vllm import VllmLauncherResource
 
@@ -44,12 +45,28 @@ class PoolResource(dg.ConfigurableResource):
         default_factory=VllmLauncherResource,
         description="Starts the pool's `vllm` seats (those without an endpoint) for the steps that call them",
     )
+    pool_sha256: str | None = Field(
+        None,
+        description="sha256 of the pool file when the definitions were built; a step refuses a file changed since "
+        "(empty: not checked)",
+    )
 
     # Servers this step started, and the seats they serve (as `openai` seats on them).
     _servers: ExitStack = PrivateAttr(default_factory=ExitStack)
     _served: dict[str, WorkerSeat] = PrivateAttr(default_factory=dict)
 
     def load(self) -> PoolConfig:
+        """The pool, as the file was when the definitions were built (`pool_sha256`): every step of a
+        run must see one pool, and the code versions that said what to recompute hashed that file."""
+        path = pool_path(self.pool)
+        if self.pool_sha256 is not None and path.is_file():
+            now = file_sha256(path)
+            if now != self.pool_sha256:
+                raise dg.Failure(
+                    f"pool file {path} changed while this run was going (sha256 {self.pool_sha256[:12]} when the run "
+                    f"started, {now[:12]} now): its steps must all see one pool. Rerun (`make run`, or reload the "
+                    "definitions in the UI) to use the new file; what it changes is recomputed then"
+                )
         return load_pool(self.pool)
 
     def build_workers(self, names: Collection[str] | None = None) -> dict[str, Worker]:

@@ -314,3 +314,20 @@ def eval_workflows_frame(*row_lists: list[dict]) -> pl.DataFrame:
     schema = {"workers": pl.List(pl.String), "final_answer": pl.String, "latency_s": pl.Float64,
               "correct": pl.Boolean, "cost_usd": pl.Float64}
     return pl.DataFrame([row for rows in row_lists for row in rows], schema_overrides=schema)
+
+
+class _HostilePayload:
+    """What a hostile pickle carries: unpickling it calls `Path.touch` on the marker."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def hostile_pickle(marker: Path) -> bytes:
+    """A pickle that creates `marker` when it is loaded: proof that a loader ran it, or did not."""
+    import pickle  # noqa: PLC0415 (only this builder pickles)
+
+    return pickle.dumps(_HostilePayload(marker))

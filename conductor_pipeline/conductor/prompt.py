@@ -114,23 +114,20 @@ TRAINED_PROMPT_FILE = "conductor_prompt.json"
 
 def write_trained_prompt(folder: str | Path, prompt: Mapping[str, object]) -> Path:
     """Record how the policy saved in (or under) `folder` was prompted in training."""
-    import json
+    from conductor_pipeline.files import write_json_atomic
 
-    path = Path(folder) / TRAINED_PROMPT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(prompt), indent=1, sort_keys=True))
-    return path
+    return write_json_atomic(Path(folder) / TRAINED_PROMPT_FILE, dict(prompt), "training prompt")
 
 
 def read_trained_prompt(model_dir: str | Path) -> dict[str, object] | None:
     """How the policy in `model_dir` was trained to be prompted: its own record, or its run
     folder's (a GRPO checkpoint-N sits in the run's folder); None when neither has one."""
-    import json
+    from conductor_pipeline.files import read_json_checked
 
     for folder in (Path(model_dir), Path(model_dir).parent):
         path = folder / TRAINED_PROMPT_FILE
         if path.is_file():
-            return json.loads(path.read_text())
+            return read_json_checked(path, "training prompt")
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow, workflow_key
@@ -297,3 +297,27 @@ class EvalRunSummary:
     calibration_question_ids: tuple[str, ...] = ()
     training_question_ids: tuple[str, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)
+
+    # Tuples travel as JSON lists; `extra` holds only plain values, tuples and the routing W's predictions.
+    ROUTING_PREDICTIONS: ClassVar[str] = "routing_predictions"
+
+    def to_json_dict(self) -> dict[str, object]:
+        """Plain JSON (how `eval_arms` hands the summary to `eval_tables`: never a pickle)."""
+        extra = dict(self.extra)
+        routing = extra.get(self.ROUTING_PREDICTIONS)
+        if routing is not None:
+            extra[self.ROUTING_PREDICTIONS] = routing.to_json_dict()
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}, "extra": extra}
+
+    @classmethod
+    def from_json_dict(cls, payload: Mapping[str, object]) -> EvalRunSummary:
+        from conductor_pipeline.evaluation.costs import RoutingPredictions  # noqa: PLC0415 (costs imports this module)
+
+        def restored(value: object) -> object:
+            return tuple(restored(v) for v in value) if isinstance(value, list) else value
+
+        extra = {key: restored(value) for key, value in dict(payload["extra"]).items()}
+        if extra.get(cls.ROUTING_PREDICTIONS) is not None:
+            extra[cls.ROUTING_PREDICTIONS] = RoutingPredictions.from_json_dict(payload["extra"][cls.ROUTING_PREDICTIONS])
+        values = {f.name: restored(payload[f.name]) for f in fields(cls) if f.name != "extra" and f.name in payload}
+        return cls(**values, extra=extra)

@@ -33,6 +33,7 @@ from conductor_pipeline.evaluation.routers import (
     list_price_per_mtok,
     w_router_scores,
 )
+from conductor_pipeline.files import decode_array, encode_array
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.stats import compare_paired
@@ -77,9 +78,25 @@ class RoutingPredictions:
             fallback=fallback,
         )
 
+    def to_json_dict(self) -> dict[str, object]:
+        """Plain JSON, the arrays bit for bit (`encode_array`): what `eval_arms` hands on."""
+        return {
+            "question_ids": list(self.question_ids), "workers": list(self.workers),
+            "success": encode_array(self.success), "cost": encode_array(self.cost),
+            "prices": list(self.prices), "fallback": self.fallback,
+        }
+
+    @classmethod
+    def from_json_dict(cls, payload: Mapping[str, object]) -> RoutingPredictions:
+        return cls(
+            question_ids=tuple(payload["question_ids"]), workers=tuple(payload["workers"]),
+            success=decode_array(payload["success"]), cost=decode_array(payload["cost"]),
+            prices=tuple(payload["prices"]), fallback=str(payload["fallback"]),
+        )
+
     def fingerprint(self) -> str:
         """A digest of what the W-routed arms decide on: the predictions (to 6 decimals), the ladder
-        and the fallback. W refitted on the same rows gives the same digest, where its pickle does not."""
+        and the fallback. W refitted on the same rows gives the same digest, whatever bytes its saved files hold."""
         digest = hashlib.sha256(repr((self.question_ids, self.workers, self.prices, self.fallback)).encode())
         for predictions in (self.success, self.cost):
             digest.update(np.round(np.asarray(predictions, dtype=float), 6).tobytes())

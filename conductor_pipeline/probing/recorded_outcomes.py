@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,6 +25,7 @@ import polars as pl
 
 import conductor_pipeline.grading as grading
 from conductor_pipeline.corpora.sources import data_source, resolve_data_file
+from conductor_pipeline.files import DamagedArtifactError, read_parquet_checked, write_parquet_atomic
 from conductor_pipeline.grading import grade_many
 from conductor_pipeline.pools.backends.replay import (
     ROUTERDC_SAMPLES,
@@ -154,14 +154,15 @@ def recorded_sample_outcomes(
     if cache_dir is not None:
         cache_path = Path(cache_dir) / f"{pool.name}-outcomes-{outcomes_cache_key(pool, questions)[:20]}.parquet"
         if cache_path.is_file():
-            return pl.read_parquet(cache_path).cast(SAMPLE_OUTCOME_SCHEMA), True
+            try:
+                return read_parquet_checked(cache_path, "graded-recordings cache").cast(SAMPLE_OUTCOME_SCHEMA), True
+            except DamagedArtifactError as exc:  # a cache: recompute it, and say why
+                if log:
+                    log(f"{exc}: grading the recordings again")
     by_id = {q.question_id: q for q in questions}
     if log:
         log(f"grading the recordings of {len(pool.workers)} seats on {len(by_id)} questions (cached afterwards)")
     frame = pl.concat([_zeroeval_rows(pool, by_id, grade_processes), _routerdc_rows(pool, by_id)])
-    if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache_path.with_suffix(f".{os.getpid()}.tmp")
-        frame.write_parquet(partial)
-        partial.replace(cache_path)  # atomic: a concurrent reader sees the whole file or none
+    if cache_path is not None:  # atomic: a concurrent reader sees the whole file or none
+        write_parquet_atomic(frame, cache_path, "graded-recordings cache")
     return frame, False

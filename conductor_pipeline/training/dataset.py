@@ -9,7 +9,6 @@ that could be edited or built under another split).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,7 +18,7 @@ import polars as pl
 
 from conductor_pipeline.conductor.policies import AUTO_DEVICE, HFLocalPolicy
 from conductor_pipeline.conductor.prompt import Naming
-from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.files import read_json_checked, write_json_atomic, write_parquet_atomic
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.probing.calibration import (
     ContestedRule,
@@ -44,6 +43,7 @@ from conductor_pipeline.world_model.hooks import (
     prune_zero_variance,
 )
 from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.persistence import WorldModelFileError
 
 
 class TrainingDataError(ValueError):
@@ -87,7 +87,7 @@ def write_contested_set(
     """Write the question table and the manifest (rule, counts, question ids) the later steps read;
     returns their paths."""
     table_path, manifest_path = contested_set_paths(folder, pool_name)
-    selection.questions.write_parquet(table_path)
+    write_parquet_atomic(selection.questions, table_path, "contested-set table")
     manifest = {
         "pool": pool_name,
         "rule": rule.as_dict(),
@@ -110,7 +110,7 @@ def read_contested_manifest(folder: Path, pool_name: str) -> dict[str, Any]:
     _, manifest_path = contested_set_paths(folder, pool_name)
     if not manifest_path.is_file():
         raise TrainingDataError(f"no contested set for pool {pool_name!r} at {manifest_path}: materialize contested_set first")
-    return json.loads(manifest_path.read_text())
+    return read_json_checked(manifest_path, "contested-set manifest")
 
 
 def contested_questions(store: Warehouse, manifest: Mapping[str, Any]) -> list[Question]:
@@ -156,9 +156,10 @@ class TrainingSet:
 
 def load_world_model(path: Path, knob: str) -> WorldModel:
     """The pool's world model, for a trainer knob that needs it (pruning, the reward bonus)."""
-    if not path.is_file():
-        raise TrainingDataError(f"{knob} is on but no world model is at {path}: materialize world_model first")
-    return WorldModel.load(path)
+    try:
+        return WorldModel.load(path)
+    except WorldModelFileError as exc:
+        raise TrainingDataError(f"{knob} is on but no world model can be used: {exc}") from exc
 
 
 def build_training_set(

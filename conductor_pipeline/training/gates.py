@@ -15,7 +15,6 @@ correctness (format ignored), and `gate_on="correctness"` judges by that figure 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -23,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.files import read_json_checked, write_json_atomic
 
 # Ship the full run only if strictly fewer than 20% of the probe's groups are flat (no gradient).
 ZERO_VARIANCE_THRESHOLD = 0.20
@@ -204,7 +203,7 @@ def read_verdict(path: str | Path) -> GateVerdict | None:
     path = Path(path)
     if not path.is_file():
         return None
-    return GateVerdict(**json.loads(path.read_text()))
+    return GateVerdict(**read_json_checked(path, "gate verdict"))
 
 
 def probe_manifest(
@@ -236,7 +235,7 @@ def write_probe_manifest(probe_dir: str | Path, manifest: Mapping[str, Any], nam
 def read_probe_manifest(probe_dir: str | Path, name: str = PROBE_MANIFEST) -> dict | None:
     """The latest probe run's manifest (or a probe run's own, `name=RUN_MANIFEST`); None when there is none."""
     path = Path(probe_dir) / name
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json_checked(path, "probe manifest") if path.is_file() else None
 
 
 def require_open(verdict: GateVerdict | None, probe_run_id: str | None) -> GateVerdict:

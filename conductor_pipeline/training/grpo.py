@@ -8,10 +8,15 @@ What this relies on in TRL 1.16 (trl/trainer/grpo_trainer.py) and transformers' 
   `global_step`; a larger `max_steps` on the rerun continues the count.
 - `DefaultFlowCallback` saves at `save_steps` multiples and at `max_steps`; an early stop (a callback
   setting `should_training_stop`) does not save by itself, so `train_grpo` does.
+- A checkpoint is saved file by file (weights, optimizer, scheduler, RNG, `trainer_state.json` last)
+  and `on_save` runs after the last one: that is where its manifest is written (every file's size
+  and sha256, `CHECKPOINT_MANIFEST`). Only a checkpoint whose manifest verifies is resumed from or
+  handed on; a folder killed mid-save, truncated later or damaged is skipped with a log line.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -19,8 +24,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from conductor_pipeline.files import manifest_problem, write_failure, write_manifest
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.trl_extensions import labelled_positions_only
+
+logger = logging.getLogger(__name__)
+
+# Written into a checkpoint folder once the Trainer has saved every file of it (`on_save`).
+CHECKPOINT_MANIFEST = "checkpoint_manifest.json"
+PREVIOUS_CHECKPOINT_KEPT = "the half-written folder was removed; the previous checkpoint is whole, and a rerun resumes from it"
 
 # --- GRPO ------------------------------------------------------------------------------------
 
@@ -69,6 +81,7 @@ def _make_callbacks(
     stop_flag: dict[str, bool],
 ):
     from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     class StepRowCallback(TrainerCallback):
         """Turns each training log into a step row; `on_step` returning True stops (and saves).
@@ -99,29 +112,61 @@ def _make_callbacks(
                 control.should_training_stop = True
             if control.should_training_stop:
                 control.should_save = True  # an early stop still leaves a checkpoint of this step
-            if control.should_save and before_checkpoint is not None:
-                before_checkpoint()  # the trainer saves right after this callback
+            if control.should_save:
+                # the trainer saves right after this callback, into a folder that must start empty:
+                # a half-written one left by a killed run must not lend its old files to the new save
+                discard_checkpoint(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+                if before_checkpoint is not None:
+                    before_checkpoint()
+            return control
+
+        def on_save(self, args, state, control, **kwargs):
+            seal_checkpoint(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}", state.global_step)
             return control
 
     return [StepRowCallback()]
 
 
-def last_checkpoint(output_dir: Path) -> Path | None:
-    """The latest *complete* `checkpoint-N`: one whose trainer state was written.
+def seal_checkpoint(checkpoint: Path, global_step: int) -> Path:
+    """Write the checkpoint's manifest (every file's size and sha256): from now on it is complete."""
+    return write_manifest(checkpoint, CHECKPOINT_MANIFEST, {"global_step": global_step})
 
-    The Trainer writes `trainer_state.json` last; a process killed mid-save leaves a directory
-    without it, and resuming from that (what `get_last_checkpoint` would pick) fails on every
-    rerun. Such a directory is skipped (and overwritten when the rerun saves that step again).
+
+def discard_checkpoint(checkpoint: Path) -> None:
+    """Remove a checkpoint folder that is about to be saved again or was left half-written."""
+    if checkpoint.exists():
+        logger.warning("removing %s before it is saved again (left by an interrupted save)", checkpoint)
+        shutil.rmtree(checkpoint)
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why `checkpoint` is not a complete checkpoint (see `manifest_problem`), or None when it is."""
+    return manifest_problem(checkpoint, CHECKPOINT_MANIFEST)
+
+
+def last_checkpoint(output_dir: Path, log: Callable[[str], object] | None = None) -> Path | None:
+    """The latest *complete* `checkpoint-N`: one whose manifest verifies (every file present, of its
+    size and sha256).
+
+    A process killed mid-save leaves a folder without a manifest; a later truncation or edit leaves
+    one that does not verify. Resuming from either fails or, worse, trains on damaged weights, so
+    they are skipped (saying why, to `log` or this module's logger) for the latest one that is whole;
+    the rerun saves the skipped steps again.
     """
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     if not output_dir.is_dir():
         return None
-    complete = [
-        path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-        if path.name.rsplit("-", 1)[1].isdigit() and (path / "trainer_state.json").is_file()
-    ]
-    return max(complete, key=checkpoint_step, default=None)
+    candidates = sorted(
+        (path for path in output_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if path.name.rsplit("-", 1)[1].isdigit()),
+        key=checkpoint_step, reverse=True,
+    )
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        (log or logger.warning)(f"skipping checkpoint {path}: {problem}")
+    return None
 
 
 def remove_checkpoints(output_dir: Path) -> None:
@@ -135,6 +180,20 @@ def remove_checkpoints(output_dir: Path) -> None:
 def checkpoint_step(checkpoint: Path | None) -> int:
     """The step a `checkpoint-N` directory holds; 0 for none."""
     return int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint else 0
+
+
+def _save_final_checkpoint(trainer: Any, output_dir: Path, before_checkpoint: Callable[[], object] | None) -> None:
+    """Save and seal the trainer's current step outside its own save schedule (an early stop or a fault)."""
+    final = output_dir / f"checkpoint-{trainer.state.global_step}"
+    discard_checkpoint(final)
+    if before_checkpoint is not None:
+        before_checkpoint()
+    try:
+        trainer._save_checkpoint(trainer.model, trial=None)
+        seal_checkpoint(final, trainer.state.global_step)
+    except Exception as exc:
+        shutil.rmtree(final, ignore_errors=True)
+        raise write_failure(final, "checkpoint", exc, PREVIOUS_CHECKPOINT_KEPT) from exc
 
 
 def build_grpo_trainer(
@@ -180,6 +239,7 @@ def train_grpo(
     before_checkpoint: Callable[[], object] | None = None,
     resume: bool = True,
     max_steps_override: int | None = None,
+    log: Callable[[str], object] | None = None,
 ) -> TrainingOutcome:
     """Run GRPO with TRL's GRPOTrainer; resume from the latest `checkpoint-*`; always checkpoint.
 
@@ -188,12 +248,16 @@ def train_grpo(
     `step_row`); returning True stops the run early, which still saves a checkpoint.
     `before_checkpoint()` runs before every checkpoint is saved (e.g. to write what the steps up to
     it logged). An exception (including KeyboardInterrupt) saves the progress since the last
-    checkpoint, then re-raises.
+    checkpoint, then re-raises. A save that fails (a full disk) removes its half-written folder and
+    raises `ArtifactWriteError` naming it; the previous checkpoint is untouched, so a rerun resumes
+    from it. `log` gets the lines about checkpoints skipped as incomplete.
     """
     output_dir = Path(output_dir)
     if max_steps_override is not None:
         settings = replace(settings, max_steps=max_steps_override)
-    resumed_from = last_checkpoint(output_dir) if resume else None
+    if not resume:
+        remove_checkpoints(output_dir)  # a fresh run: nothing an earlier attempt saved may pass for its own
+    resumed_from = last_checkpoint(output_dir, log) if resume else None
     if resumed_from is not None and checkpoint_step(resumed_from) >= settings.max_steps:
         # A finished run: resuming would make the Trainer take one more step on every rerun.
         return TrainingOutcome(resumed_from, checkpoint_step(resumed_from), [], resumed_from, False, settings.num_generations)
@@ -203,16 +267,23 @@ def train_grpo(
         model_path, prompts_dataset, reward_fn, settings, output_dir,
         callbacks=_make_callbacks(on_step, before_checkpoint, reward_fn, settings.num_generations, rows, stop_flag),
     )
+    save_failed = False
     try:
         with labelled_positions_only():
             trainer.train(resume_from_checkpoint=str(resumed_from) if resumed_from else None)
+    except BaseException as exc:
+        saving = output_dir / f"checkpoint-{trainer.state.global_step}"
+        if saving.exists() and checkpoint_problem(saving) is not None:  # it failed mid-save
+            shutil.rmtree(saving, ignore_errors=True)  # half-written: never resumed from, never kept
+            if isinstance(exc, Exception):
+                save_failed = True
+                raise write_failure(saving, "checkpoint", exc, PREVIOUS_CHECKPOINT_KEPT) from exc
+        raise
     finally:
         # An early stop, a fault or a finish between save steps still leaves its last step on disk.
-        if trainer.state.global_step > checkpoint_step(last_checkpoint(output_dir)):
-            if before_checkpoint is not None:
-                before_checkpoint()
-            trainer._save_checkpoint(trainer.model, trial=None)
-    last = last_checkpoint(output_dir)
+        if not save_failed and trainer.state.global_step > checkpoint_step(last_checkpoint(output_dir, log)):
+            _save_final_checkpoint(trainer, output_dir, before_checkpoint)
+    last = last_checkpoint(output_dir, log)
     return TrainingOutcome(
         checkpoint_dir=last,
         global_step=trainer.state.global_step,

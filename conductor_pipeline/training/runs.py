@@ -297,7 +297,8 @@ def run_pool_grpo(
     )
     try:
         return train_grpo(
-            model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=executor.write_rows, resume=resume
+            model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=executor.write_rows,
+            resume=resume, log=log,
         )
     finally:
         executor.write_rows()  # the rollouts since the last checkpoint

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from conductor_pipeline.paths import write_json_atomic
+from conductor_pipeline.files import write_json_atomic, write_text_atomic
 from conductor_pipeline.training.settings import SFTSettings
 from conductor_pipeline.training.trl_extensions import labelled_positions_only
 
@@ -23,6 +23,14 @@ def _examples_digest(model_path: Path, examples: Sequence[tuple[list[dict], str]
     for messages, completion in examples:
         digest.update(json.dumps([messages, completion], sort_keys=True).encode())
     return digest.hexdigest()[:16]
+
+
+def _completed_digest(manifest_path: Path) -> str | None:
+    """The digest of the warm start whose manifest this is; None when absent or unreadable (redo it)."""
+    try:
+        return json.loads(manifest_path.read_text()).get("digest")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def warm_start_sft(
@@ -48,8 +56,11 @@ def warm_start_sft(
         raise ValueError("warm_start_sft needs at least one example")
     digest = _examples_digest(model_path, examples, settings)
     manifest_path = output_dir / SFT_MANIFEST
-    if manifest_path.is_file() and json.loads(manifest_path.read_text()).get("digest") == digest:
+    if _completed_digest(manifest_path) == digest:
         return output_dir
+    # The manifest marks a complete model: drop it before any file is rewritten, so a run killed
+    # mid-save leaves a folder that is retrained, never one whose old manifest vouches for new weights.
+    manifest_path.unlink(missing_ok=True)
 
     dataset = Dataset.from_list(
         [
@@ -72,7 +83,7 @@ def warm_start_sft(
     else:  # adapters merged: GRPO, the parse check and evaluation all read a plain model folder
         trainer.model.merge_and_unload().save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    (output_dir / SFT_LOG_HISTORY).write_text(json.dumps(trainer.state.log_history, indent=1))
+    write_text_atomic(output_dir / SFT_LOG_HISTORY, json.dumps(trainer.state.log_history, indent=1), "SFT log history")
     write_json_atomic(manifest_path, {"digest": digest, "base_model": str(model_path), "examples": len(examples)})
     return output_dir
 

@@ -107,6 +107,19 @@ def forget_rollouts_after(store: Warehouse, run_id: str, step: int) -> None:
     store.execute_files(["delete_rollout_calls_after", "delete_rollouts_after"], {"run_id": run_id, "step": step})
 
 
+def forget_run(store: Warehouse, run_id: str) -> None:
+    """Delete every row a run logged (calls, workflows, training steps), in one transaction: a run
+    whose id says what it computes (`rollout_run_id`) starts clean when it is repeated, so an
+    interrupted attempt leaves nothing behind that the complete one would not have written."""
+    store.execute_files(["delete_run_calls", "delete_run_workflows", "delete_run_training_steps"], {"run_id": run_id})
+
+
+def rollout_run_id(kind: str, pool: str, *inputs: object) -> str:
+    """A rollout run's id from what decides its rollouts (`inputs`: code version, policy weights,
+    questions), not from the Dagster run that computes it: a rerun after a kill is the same run."""
+    return f"{kind}-{pool}-{stable_id(kind, pool, *inputs)[:8]}"
+
+
 def rollout_outcome_counts(store: Warehouse, run_id: str) -> dict[int, dict[str, int]]:
     """Per optimizer step of a run: its rollouts per outcome (a parse code, or `infrastructure`),
     counted from `workflows`, in the shape of `training_steps.parse_codes`."""

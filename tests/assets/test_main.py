@@ -18,6 +18,7 @@ from assets.main import (
     is_blocking_check_failure,
     plan_job,
     print_headlines,
+    raised_by_the_step,
     run_main_jobs,
     stale_status_resolver,
 )
@@ -61,6 +62,12 @@ def test_a_failed_blocking_check_is_a_gate_not_a_fault():
 def test_any_other_step_error_is_a_fault():
     assert not is_blocking_check_failure(error("ValueError"))
     assert not is_blocking_check_failure(error("DagsterExecutionStepExecutionError", error("KeyError")))
+
+
+def test_a_failed_step_is_reported_by_the_error_its_op_raised_not_dagsters_wrapper():
+    raised = error("ArtifactWriteError", error("ComputeError"))  # what the op raised, and what it was raised from
+    assert raised_by_the_step(error("DagsterExecutionStepExecutionError", raised)) is raised
+    assert raised_by_the_step(error("Failure")).cls_name == "Failure"
 
 
 def run_job(defs: dg.Definitions, name: str, instance: dg.DagsterInstance, **options) -> dg.ExecuteInProcessResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -23,7 +24,7 @@ from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
-from tests.builders import specialist_skill, synthetic_frame, synthetic_questions, synthetic_seats
+from tests.builders import hostile_pickle, specialist_skill, synthetic_frame, synthetic_questions, synthetic_seats
 
 FAST_CONFIG = {"num_threads": 1, "text_components": 8, "question_folds": 3, "worker_folds": 3, "n_bootstrap": 40}
 
@@ -86,6 +87,31 @@ def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None
     assert isinstance(report["beats_subject_aware"], bool)
     assert report["routing_population[synthetic]"].startswith("360 questions (math L")
 
+
+
+def test_pickles_planted_at_the_old_paths_are_never_executed_and_an_old_one_is_refused(tmp_path: Path) -> None:
+    """The old layout saved W as `world_model/<pool>.pkl` (and `-train-split.pkl`): hostile pickles
+    planted there run no code while W is fitted and reported; with no new-format W beside it, the
+    report refuses the pickle and says how to rebuild."""
+    warehouse_path, pool_file = _fill(tmp_path)
+    warehouse = WarehouseResource(database=str(warehouse_path))
+    marker = tmp_path / "pwned"
+    old_paths = [warehouse.artifact_dir("world_model") / f"synthetic{suffix}.pkl" for suffix in ("", "-train-split")]
+    for old in old_paths:
+        old.write_bytes(hostile_pickle(marker))
+    resources = {"warehouse": warehouse, "pool": PoolResource(pool=str(pool_file))}
+    run_config = {"ops": {name: {"config": FAST_CONFIG} for name in ("world_model", "world_model_report")}}
+    assert dg.materialize(WORLD_MODEL_ASSETS, resources=resources, run_config=run_config).success
+    assert not marker.exists()
+
+    shutil.rmtree(warehouse.artifact_dir("world_model") / "synthetic")  # only the earlier version's pickle is left
+    result = dg.materialize(
+        [world_model_report], resources=resources, run_config={"ops": {"world_model_report": {"config": FAST_CONFIG}}},
+        raise_on_error=False,
+    )
+    assert not result.success and not marker.exists()
+    failure = next(event for event in result.all_events if event.is_step_failure).step_failure_data.error.message
+    assert str(old_paths[0]) in failure and "never loaded" in failure and "make run" in failure
 
 def test_the_config_exposes_library_knobs_under_their_names_help_defaults_and_bounds() -> None:
     for config in (WorldModelConfig, WorldModelFitConfig):

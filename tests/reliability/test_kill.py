@@ -151,10 +151,12 @@ def test_probe_killed_at_five_random_points_ends_as_if_never_killed(tmp_path: Pa
 
 
 def complete_checkpoints(out_dir: Path) -> dict[int, Path]:
-    """Checkpoints whose trainer state was written (the Trainer writes it last)."""
+    """Checkpoints whose manifest verifies (written once the Trainer has saved every file)."""
+    from conductor_pipeline.training.grpo import checkpoint_problem
+
     found = {}
     for path in out_dir.glob("checkpoint-*"):
-        if (path / "trainer_state.json").is_file():
+        if checkpoint_problem(path) is None:
             found[int(path.name.rsplit("-", 1)[1])] = path
     return found
 
@@ -168,17 +170,47 @@ def simulate_kill_mid_save(out_dir: Path, complete_step: int) -> Path:
     return partial
 
 
-def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path: Path) -> None:
-    from conductor_pipeline.training.grpo import last_checkpoint
+def fake_checkpoint(out_dir: Path, step: int, *, sealed: bool) -> Path:
+    """A checkpoint folder as the Trainer leaves it (weights, then trainer state), sealed or not."""
+    from conductor_pipeline.training.grpo import seal_checkpoint
 
-    complete = tmp_path / "checkpoint-2"
-    complete.mkdir()
-    (complete / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
-    (tmp_path / "checkpoint-10").mkdir()  # numeric order, not lexical: a complete 10 would win
+    path = out_dir / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_bytes(b"weights" * 100)
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if sealed:
+        seal_checkpoint(path, step)
+    return path
+
+
+def test_a_checkpoint_killed_mid_save_is_not_resumed_from(tmp_path: Path) -> None:
+    from conductor_pipeline.training.grpo import last_checkpoint, seal_checkpoint
+
+    complete = fake_checkpoint(tmp_path, 2, sealed=True)
+    # numeric order, not lexical: a complete 10 would win; every file written but not yet sealed
+    unsealed = fake_checkpoint(tmp_path, 10, sealed=False)
     simulate_kill_mid_save(tmp_path, 2)
     assert last_checkpoint(tmp_path) == complete
-    (tmp_path / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"global_step": 10}))
-    assert last_checkpoint(tmp_path) == tmp_path / "checkpoint-10"
+    seal_checkpoint(unsealed, 10)
+    assert last_checkpoint(tmp_path) == unsealed
+
+
+def test_a_truncated_checkpoint_is_skipped_saying_which_file(tmp_path: Path) -> None:
+    """A complete checkpoint damaged afterwards (a truncated weights file) is never resumed from:
+    the latest whole one is, and the log line names the damaged file."""
+    from conductor_pipeline.training.grpo import last_checkpoint
+
+    whole = fake_checkpoint(tmp_path, 10, sealed=True)
+    damaged = fake_checkpoint(tmp_path, 20, sealed=True)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    lines: list[str] = []
+    assert last_checkpoint(tmp_path, lines.append) == whole
+    assert len(lines) == 1 and str(weights) in lines[0] and "truncated" in lines[0]
+    weights.write_bytes(b"x" * len(b"weights" * 100))  # same size, other bytes: the hash tells
+    lines.clear()
+    assert last_checkpoint(tmp_path, lines.append) == whole
+    assert str(weights) in lines[0] and "sha256" in lines[0]
 
 
 def read_steps(process: subprocess.Popen, until_step: int | None, timeout_s: float) -> list[tuple[int, float]]:
@@ -224,7 +256,7 @@ def test_training_killed_at_five_random_points_resumes_from_the_last_checkpoint(
         time.sleep(delay)
         kill_group(process)
         kills.append(f"after step {steps[-1][0]} + {delay:.2f}s (step {step_s:.2f}s)")
-        partial_seen += [p.name for p in out_dir.glob("checkpoint-*") if not (p / "trainer_state.json").is_file()]
+        partial_seen += [p.name for p in out_dir.glob("checkpoint-*") if p not in complete_checkpoints(out_dir).values()]
     resume_step = max(complete_checkpoints(out_dir), default=0)
     # A kill inside a checkpoint save is a narrow window: leave what it leaves (weights written,
     # trainer state not yet) for the next step, so the final run must skip it every time.

@@ -182,7 +182,7 @@ def test_pruning_skips_questions_w_predicts_everyone_or_no_one_solves() -> None:
 def test_save_load_roundtrip(tmp_path, fitted: WorldModel) -> None:
     questions = synthetic_questions(5, seed=11)
     before = fitted.predict_success(questions, list(synthetic_seats()))
-    path = fitted.save(tmp_path / "w" / "model.pkl")
+    path = fitted.save(tmp_path / "w" / "model")
     loaded = WorldModel.load(path)
     np.testing.assert_array_equal(loaded.predict_success(questions, list(synthetic_seats())), before)
     assert loaded.summary() == fitted.summary()

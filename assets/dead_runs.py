@@ -196,14 +196,28 @@ class SlotWaitMonitor:
         steps = ", ".join(step for steps in waiting.values() for step in steps)
         run = self.instance.get_run_by_id(self.run_id)
         if run is not None:
-            self.instance.event_log_storage.free_concurrency_slots_for_run(self.run_id)
             self.instance.report_run_failed(
                 run, f"Interrupted by {signal.Signals(signum).name} while step {steps} waited for a concurrency slot "
                      "(nothing of this run was executing); its slots were freed.",
             )
         self.out(f"interrupted by {signal.Signals(signum).name} while {steps} waited for a slot: run {self.run_id} "
                  "marked failed, its slots freed; rerun to resume")
+        self._free_until_clear()
         os._exit(128 + signum)  # Dagster's wait loop never returns to a point where it could stop
+
+    def _free_until_clear(self, attempts: int = 20) -> None:
+        """Free this run's slots and queue entries, and again while any come back: the main thread's
+        wait loop, still running, re-queues a waiting step on its next try. Last before exiting, so
+        the window in which it could do so once more is as short as it can be."""
+        storage = self.instance.event_log_storage
+        for _ in range(attempts):
+            storage.free_concurrency_slots_for_run(self.run_id)
+            time.sleep(0.05)
+            queued = [p for pool in storage.get_concurrency_keys()
+                      for p in storage.get_concurrency_info(pool).pending_steps if p.run_id == self.run_id]
+            if not queued and not claimed_slots(self.instance, self.run_id):
+                storage.free_concurrency_slots_for_run(self.run_id)
+                return
 
     def _watch(self, wakeup: int, stop: threading.Event) -> None:
         started = time.monotonic()

@@ -52,6 +52,9 @@ class MainRun:
 
 
 DEFAULT_RUN = MainRun("default pool, default settings (make run)")
+# The same run on one torch thread: on a machine whose other core is busy, two threads are many
+# times slower than one (KILL_ANYWHERE_RUN=tests.reliability.main_runs:DEFAULT_RUN_ONE_THREAD).
+DEFAULT_RUN_ONE_THREAD = MainRun("default pool, default settings, one torch thread", extra_args=("--torch-threads", "1"))
 SMALL_RUN = MainRun("default pool, small settings", config=SMALL_RUN_CONFIG)
 TRAINING_RUN = MainRun("default pool, small settings with training", config=SMALL_TRAINING_RUN_CONFIG)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
+from assets.metadata import latest_metadata, latest_metadata_value, png_markdown, stage
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import read_trained_prompt
@@ -202,9 +202,7 @@ def _latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | Non
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     # Lineage only: the checkpoint is read from the event log and the routing W is fitted here.
     deps=[pass_rates, dg.AssetKey(CHECKPOINT_ASSET), dg.AssetKey(WORLD_MODEL_ASSET)],
     kinds={"duckdb", "lightgbm"},
@@ -452,9 +450,7 @@ def conductor_check_result(verdicts: dict[str, str]) -> dg.AssetCheckResult:
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     kinds={"duckdb"},
     check_specs=[
         dg.AssetCheckSpec(

@@ -26,7 +26,7 @@ from pydantic import Field
 from tabulate import tabulate
 
 from assets.deployment import GPU_POOL  # training, probe and warm start share one GPU: one step at a time
-from assets.metadata import png_markdown
+from assets.metadata import png_markdown, stage
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
 from conductor_pipeline.conductor.policies import policy_fingerprint
@@ -350,8 +350,7 @@ class ContestedConfig(dg.Config):
 
 
 @dg.asset(
-    group_name=GROUP, deps=[pass_rates], kinds={"parquet"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP), deps=[pass_rates], kinds={"parquet"},
 )
 def contested_set(
     context: dg.AssetExecutionContext, config: ContestedConfig, warehouse: WarehouseResource, pool: PoolResource
@@ -415,8 +414,7 @@ def contested_set_size(warehouse: WarehouseResource, pool: PoolResource) -> dg.A
 
 
 @dg.asset(
-    group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+    **stage(GROUP, "gpu"), deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"},
 )
 def warm_start_policy(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
@@ -507,8 +505,7 @@ def warm_start_policy(
 
 
 @dg.asset(
-    group_name=GROUP, deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+    **stage(GROUP, "gpu"), deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
 )
 def grpo_probe_run(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
@@ -620,8 +617,7 @@ def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, p
 
 
 @dg.asset(
-    group_name=GROUP, deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+    **stage(GROUP, "gpu"), deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
 )
 def conductor_checkpoint(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource

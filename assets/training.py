@@ -29,7 +29,7 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import png_markdown, stage
 from assets.probing import pass_rates
 from assets.world_model import world_model_path
-from conductor_pipeline.conductor.policies import policy_fingerprint
+from conductor_pipeline.conductor.hf_policy import policy_fingerprint
 from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
 from conductor_pipeline.files import write_bytes_atomic

@@ -32,13 +32,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.conductor.prompt import (
     CatalogueEntry,
     build_recursion_prompt,
     catalogue_from_pool,
     displayed_worker_names,
 )
+from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.grading import Grade, grade
 from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow
-from conductor_pipeline.conductor.policies import PolicyOutput
+from conductor_pipeline.conductor.protocols import PolicyOutput
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import CallStatus, Question, stable_id
 from conductor_pipeline.warehouse import Warehouse

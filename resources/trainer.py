@@ -19,8 +19,8 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.conductor.orchestrator import DEFAULT_MAX_DEPTH
 from conductor_pipeline.conductor.prompt import Naming
+from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
 from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN, resolve_device, select_cuda_device
 from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn

@@ -28,7 +28,8 @@ from pathlib import Path
 import polars as pl
 from scipy.stats import binomtest
 
-from conductor_pipeline.conductor.orchestrator import Orchestrator, workflow_key
+from conductor_pipeline.conductor.execution import workflow_key
+from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool

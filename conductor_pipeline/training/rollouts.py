@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
-from conductor_pipeline.conductor.orchestrator import DEFAULT_MAX_DEPTH, Orchestrator
+from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.prompt import (
     Naming,
     build_conductor_prompt,
@@ -20,6 +20,7 @@ from conductor_pipeline.conductor.prompt import (
     displayed_worker_names,
 )
 from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyOutput
+from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
 from conductor_pipeline.devices import AUTO_DEVICE
 from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig

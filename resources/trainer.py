@@ -23,8 +23,10 @@ from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
 from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN, resolve_device, select_cuda_device
 from conductor_pipeline.paths import artifacts_root
+from conductor_pipeline.training.dataset import TrainingSet
 from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
 from conductor_pipeline.training.pretrained import smollm2_model
+from conductor_pipeline.training.runs import grpo_run_key
 from conductor_pipeline.training.settings import (
     CPU_POLICY_HIDDEN_SIZE,
     CPU_POLICY_LAYERS,
@@ -250,6 +252,22 @@ class TrainerResource(_TrainerOverrides):
         base = gpu_lora(self.policy_model or PAPER_POLICY) if self.profile == "gpu" else LoraSettings()
         chosen = {name: getattr(self, f"lora_{name}") for name in LORA_OVERRIDES}
         return replace(base, **{name: value for name, value in chosen.items() if value is not None})
+
+    def trained_prompt(self, settings: GRPOSettings) -> dict[str, object]:
+        """How the policy is prompted and sampled in training: evaluation prompts it the same way."""
+        return {
+            "naming": self.worker_naming, "n_examples": self.n_prompt_examples,
+            "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
+            "show_predicted_success": self.show_predicted_success,
+        }
+
+    def run_key(self, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:
+        """The key of a GRPO run of `settings` on `training` from `start_policy`, with how this
+        resource's prompts show the pool (`grpo_run_key`)."""
+        return grpo_run_key(
+            settings, training, start_policy, naming=self.worker_naming, n_examples=self.n_prompt_examples,
+            contested_subpools=self.contested_subpools,
+        )
 
     @property
     def resolved_device(self) -> str:

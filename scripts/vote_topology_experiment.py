@@ -11,7 +11,7 @@ abstains: trivially predictable). Last, on the eval split, the vote over the bes
 workers (ranked by their train-split probe accuracy, best first, so ties go to the best) beside
 the best single worker, with an exact McNemar test.
 
-    PYTHONPATH=. .venv/bin/python scripts/vote_topology_experiment.py --workdir /tmp/vote_topology
+    .venv/bin/python -m scripts.vote_topology_experiment --workdir /tmp/vote_topology
 
 It prints one JSON object (about 5 minutes on 2 busy cores; rerunning reuses the warehouse).
 """

@@ -18,7 +18,7 @@ import polars as pl
 from conductor_pipeline.training.gates import running_mean, step_flat_fraction, step_same_correctness
 
 if TYPE_CHECKING:
-    from conductor_pipeline.world_model.evaluation import SplitReport
+    from conductor_pipeline.world_model.metrics import SplitReport
 
 # 80 dpi left 7-pt tick labels unreadable in the UI; 110 keeps them sharp at a modest size.
 PLOT_DPI = 110

@@ -33,7 +33,6 @@ from conductor_pipeline.conductor.policies import policy_fingerprint
 from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
 from conductor_pipeline.files import write_bytes_atomic
-from conductor_pipeline.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
 from conductor_pipeline.records import Question, stable_id
@@ -60,6 +59,7 @@ from conductor_pipeline.training.gates import (
     write_verdict,
 )
 from conductor_pipeline.training.grpo import remove_checkpoints
+from conductor_pipeline.training.plots import sft_loss_png, training_curves_png
 from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor, parse_check
 from conductor_pipeline.training.runs import (
     RunTelemetry,

@@ -24,6 +24,7 @@ from conductor_pipeline.evaluation.comparisons import (
 )
 from conductor_pipeline.evaluation.costs import arms_frontier, cost_story, cost_sweep
 from conductor_pipeline.evaluation.learning import conductor_comparisons, order_agreement, steps_by_position
+from conductor_pipeline.evaluation.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.evaluation.report import (
     arm_labels,
     arm_table_markdown,
@@ -55,7 +56,6 @@ from conductor_pipeline.evaluation.tables import (
     running_gap,
     worker_usage,
 )
-from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.stats import PairedComparison
 
 # No nested workflows recorded: the recursion table then says so (zero everywhere).

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 from tabulate import tabulate
 
-from conductor_pipeline.plots import PASS_RATE_BINS
+from conductor_pipeline.probing.pass_rates import PASS_RATE_BINS
 from conductor_pipeline.records import CallStatus
 
 # Column order of every per-status table: the order the statuses are declared in.

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from conductor_pipeline.plots import reliability_png
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.world_model.cross_validation import (
     EvaluationSettings,
@@ -48,6 +47,7 @@ from conductor_pipeline.world_model.metrics import (
     score_predictions,
 )
 from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.plots import reliability_png
 from conductor_pipeline.world_model.routing import ROUTING_POPULATION_NOTE, RoutingReport, route_held_out
 
 # Baselines that know the question's subject (and level): W must beat these to earn its features.

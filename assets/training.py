@@ -34,7 +34,7 @@ from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
 from conductor_pipeline.files import write_bytes_atomic
 from conductor_pipeline.pools.config import PoolConfig
-from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
+from conductor_pipeline.probing.contested import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.training.dataset import (
@@ -337,7 +337,7 @@ def _rollout_summary(telemetry: RunTelemetry) -> str:
 
 
 class ContestedConfig(dg.Config):
-    """The contested-set rule (conductor_pipeline.probing.calibration.ContestedRule) and the size floor."""
+    """The contested-set rule (conductor_pipeline.probing.contested.ContestedRule) and the size floor."""
 
     weak: str | None = Field(None, description="Weak worker; empty: the pool's worst by marginal accuracy")
     strong: str | None = Field(None, description="Strong worker; empty: the pool's best by marginal accuracy")

@@ -68,7 +68,7 @@ def status_rate_markdown(summary: pl.DataFrame) -> str:
 def worker_pass_rate_histogram_markdown(rates: pl.DataFrame, workers: Sequence[str]) -> str:
     """Per worker, how many questions fall in each pass-rate bin (the bins of the pass-rate plot).
 
-    Each worker's own distribution, one row per worker; `calibration.pass_rate_histogram` is the
+    Each worker's own distribution, one row per worker; `contested.pass_rate_histogram` is the
     other view: questions per band of the pool's mean pass rate.
     """
     rows = []

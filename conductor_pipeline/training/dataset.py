@@ -20,7 +20,7 @@ from conductor_pipeline.conductor.policies import AUTO_DEVICE, HFLocalPolicy
 from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.files import read_json_checked, write_json_atomic, write_parquet_atomic
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
-from conductor_pipeline.probing.calibration import (
+from conductor_pipeline.probing.contested import (
     ContestedRule,
     ContestedSelection,
     routing_anchors,

@@ -56,8 +56,8 @@ from conductor_pipeline.records import stable_id
 from conductor_pipeline.splits import split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.hooks import prompt_predictor
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
+from conductor_pipeline.world_model.prompts_and_pruning import prompt_predictor
 from resources.conductor import TRAINED_PROMPT_FIELDS, ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource

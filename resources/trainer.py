@@ -48,7 +48,7 @@ from conductor_pipeline.training.settings import (
 )
 from conductor_pipeline.training.synthetic import SyntheticStyle
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
-from conductor_pipeline.world_model.hooks import PRUNE_HIGH, PRUNE_LOW
+from conductor_pipeline.world_model.prompts_and_pruning import PRUNE_HIGH, PRUNE_LOW
 
 # Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches
 # the format better than more pairs seen once.

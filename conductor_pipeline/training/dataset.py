@@ -34,7 +34,9 @@ from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.telemetry import PRUNE_AUDIT
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.data import load_training_frame
-from conductor_pipeline.world_model.hooks import (
+from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.persistence import WorldModelFileError
+from conductor_pipeline.world_model.prompts_and_pruning import (
     PRUNE_HIGH,
     PRUNE_LOW,
     audit_pruning,
@@ -42,8 +44,6 @@ from conductor_pipeline.world_model.hooks import (
     prompt_predictor,
     prune_zero_variance,
 )
-from conductor_pipeline.world_model.model import WorldModel
-from conductor_pipeline.world_model.persistence import WorldModelFileError
 
 
 class TrainingDataError(ValueError):

@@ -15,13 +15,13 @@ from conductor_pipeline.splits import split_of
 from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import TfidfSvdText, build_features
-from conductor_pipeline.world_model.hooks import (
+from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.prompts_and_pruning import (
     audit_pruning,
     out_of_fold_prompt_success,
     predicted_success_for_prompt,
     prune_zero_variance,
 )
-from conductor_pipeline.world_model.model import WorldModel
 from tests.builders import (
     FAST_WORLD_MODEL,
     SYNTHETIC_WORKERS,

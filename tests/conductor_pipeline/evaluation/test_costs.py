@@ -17,8 +17,8 @@ from conductor_pipeline.evaluation.costs import (
     lambda_grid,
     pareto_frontier,
 )
+from conductor_pipeline.evaluation.frames import arm_table
 from conductor_pipeline.evaluation.plots import accuracy_cost_plot
-from conductor_pipeline.evaluation.tables import arm_table
 from tests.builders import eval_workflow_rows, eval_workflows_frame
 
 N = 200

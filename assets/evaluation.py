@@ -37,10 +37,10 @@ from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
-from conductor_pipeline.evaluation.costs import RoutingPredictions
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
 from conductor_pipeline.evaluation.routers import choose_best_single
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.slices import (
     DEFAULT_SLICE_SIZE,
     eval_candidates,

@@ -10,7 +10,6 @@ import pytest
 
 from conductor_pipeline.evaluation.comparisons import PairedSettings
 from conductor_pipeline.evaluation.costs import (
-    RoutingPredictions,
     arms_frontier,
     cost_story,
     cost_sweep,
@@ -19,6 +18,7 @@ from conductor_pipeline.evaluation.costs import (
 )
 from conductor_pipeline.evaluation.frames import arm_table
 from conductor_pipeline.evaluation.plots import accuracy_cost_plot
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from tests.builders import eval_workflow_rows, eval_workflows_frame
 
 N = 200

@@ -76,7 +76,8 @@ def _pct(value: object) -> str:
     return "n/a" if value is None else f"{float(value):.3f}"
 
 
-def _points(row: Mapping) -> str:
+def paired_points(row: Mapping) -> str:
+    """A paired difference in points with its interval: `+6.2 [+1.6, +11.2]`."""
     return f"{100 * row['difference']:+.1f} [{100 * row['difference_low']:+.1f}, {100 * row['difference_high']:+.1f}]"
 
 
@@ -97,7 +98,7 @@ def render_block(record: Mapping) -> str:
         if arm not in arms:
             continue
         pair = next((p for p in record["conductor_pairs"] if p["arm"] == trained and p["reference"] == arm), None)
-        versus = f"{_points(pair)}, {pair['verdict']}" if pair else ""
+        versus = f"{paired_points(pair)}, {pair['verdict']}" if pair else ""
         lines.append(f"| `{arm}` | {_pct(arms[arm]['accuracy'])} | {_pct(arms[arm]['parsed'])} | {versus} |")
     lines += [
         "",

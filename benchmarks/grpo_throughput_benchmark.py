@@ -77,6 +77,7 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
     """`steps` timed GRPO steps (after one warm-up step) of one path, on a copy of the source warehouse."""
     from transformers import TrainerCallback
 
+    from conductor_pipeline.conductor.prompt import read_trained_prompt
     from conductor_pipeline.pools.backends.registry import build_workers
     from conductor_pipeline.pools.config import load_pool
     from conductor_pipeline.training.dataset import build_training_set
@@ -93,10 +94,12 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
     shutil.copy2(source / "warehouse.duckdb", run_dir / "warehouse.duckdb")
     store = Warehouse(run_dir / "warehouse.duckdb")
     pool = load_pool(POOL)
-    training = build_training_set(store, pool, source / "contested_set", naming="ordinal", n_examples=0, contested_subpools=True)
+    warm_start = source / "training" / POOL / "warm_start"
+    naming = str((read_trained_prompt(warm_start) or {}).get("naming", "ordinal"))  # as the warm start was trained
+    training = build_training_set(store, pool, source / "contested_set", naming=naming, n_examples=0, contested_subpools=True)
     workers = build_workers(pool, [seat.name for seat in pool.workers if not seat.is_conductor])
     executor = PoolExecutor(
-        pool, workers, training.questions, "ordinal", max_new_tokens=settings.max_completion_length,
+        pool, workers, training.questions, naming, max_new_tokens=settings.max_completion_length,
         log=RolloutLog(RowBuffer(store), f"bench-{name}", "grpo", "policy:bench"),
     )
     reward = make_conductor_reward(executor, settings.reward_variant, group_size=settings.num_generations)
@@ -116,7 +119,7 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
 
     settings = replace(settings, max_steps=steps + 1, save_steps=10**6)
     trainer = build_grpo_trainer(
-        source / "training" / POOL / "warm_start", training.prompt_rows(settings), reward, settings, run_dir / "grpo",
+        warm_start, training.prompt_rows(settings), reward, settings, run_dir / "grpo",
         callbacks=[StepClock()],
     )
     trainer._generate = _timed(add("generation"), trainer._generate)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conductor_pipeline.paths import ARTIFACTS_ENV
+from tests.shared_data import require_shared_data
 
 RUN_SLOW_ENV = "RUN_SLOW"
 
@@ -29,6 +30,13 @@ def artifacts_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "artifacts"
     monkeypatch.setenv(ARTIFACTS_ENV, str(root))
     return root
+
+
+@pytest.fixture
+def default_run_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared data a whole default run reads: the corpora and the recorded answers."""
+    require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train",
+                        "zeroeval_outputs")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

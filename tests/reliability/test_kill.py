@@ -228,13 +228,16 @@ def read_steps(process: subprocess.Popen, until_step: int | None, timeout_s: flo
 
 
 @pytest.mark.slow
-def test_training_killed_at_five_random_points_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("profile", ["cpu", "cpu-paper"])
+def test_training_killed_at_five_random_points_resumes_from_the_last_checkpoint(tmp_path: Path, profile: str) -> None:
+    """Both CPU profiles' trainers (the default's, and the paper budget's shared-prompt path at its
+    shape: groups of 64, 4 questions a step) checkpoint and resume the same way."""
     rng = random.Random(SEED)
     model = build_tiny_causal_lm(tmp_path / "model")
     out_dir = tmp_path / "grpo"
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
     argv = [sys.executable, "-u", "-m", "tests.reliability.train_driver", str(model), str(out_dir),
-            "--max-steps", str(TRAIN_MAX_STEPS), "--save-steps", "1"]
+            "--max-steps", str(TRAIN_MAX_STEPS), "--save-steps", "1", "--profile", profile]
 
     def launch(index: int) -> subprocess.Popen:
         stderr = (tmp_path / f"train{index}.err").open("wb")

@@ -53,7 +53,6 @@ from tests.reliability.main_runs import (
     run_to_end,
     warehouse_problems,
 )
-from tests.shared_data import require_shared_data
 
 SEED = int(os.environ.get("KILL_SEED", str(random.SystemRandom().randrange(10_000))))
 KILL_POINTS = int(os.environ.get("KILL_POINTS", "20"))
@@ -176,13 +175,7 @@ def report(run: MainRun, results: list[KillPoint], wall: float, seed: int, per_c
     return "\n".join([head, *(p.line() for p in sorted(results, key=lambda p: p.index))])
 
 
-@pytest.fixture
-def shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    require_shared_data(monkeypatch, tmp_path / "cache", "math500_test", "math_full", "gsm8k_test", "gsm8k_train",
-                        "zeroeval_outputs")
-
-
-def test_the_small_run_killed_at_a_random_moment_reruns_to_the_same_tables(tmp_path: Path, shared_data: None) -> None:
+def test_the_small_run_killed_at_a_random_moment_reruns_to_the_same_tables(tmp_path: Path, default_run_data: None) -> None:
     """The bounded variant: one kill point of the small configuration, through the real entry point."""
     run = run_under_test(SMALL_RUN)
     results, wall = kill_anywhere(tmp_path, run, 1, 1, SEED)
@@ -192,7 +185,7 @@ def test_the_small_run_killed_at_a_random_moment_reruns_to_the_same_tables(tmp_p
 
 
 @pytest.mark.slow
-def test_the_default_run_killed_at_twenty_moments_reruns_to_the_same_tables(tmp_path: Path, shared_data: None) -> None:
+def test_the_default_run_killed_at_twenty_moments_reruns_to_the_same_tables(tmp_path: Path, default_run_data: None) -> None:
     run = run_under_test(DEFAULT_RUN)
     results, wall = kill_anywhere(tmp_path, run, KILL_POINTS, KILL_CHAIN, SEED)
     text = report(run, results, wall, SEED, KILL_CHAIN)

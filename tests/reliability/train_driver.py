@@ -1,6 +1,9 @@
 """A training process for the kill test: GRPO on the tiny model with frequent checkpoints.
 
-    python -m tests.reliability.train_driver MODEL_DIR OUT_DIR --max-steps 10 --save-steps 1
+    python -m tests.reliability.train_driver MODEL_DIR OUT_DIR --max-steps 10 --save-steps 1 [--profile cpu-paper]
+
+`--profile cpu-paper` trains with the paper-budget profile's trainer and shape (groups of 64, 4
+questions a step, the shared-prompt path) instead of the default CPU profile's.
 
 Prints `STEP <global step>` as each optimizer step is logged (flushed, so the test can time its
 SIGKILL), and `DONE <global step> <resumed-from checkpoint or ->` at the end.
@@ -39,9 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir")
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--save-steps", type=int, default=1)
+    parser.add_argument("--profile", choices=["cpu", "cpu-paper"], default="cpu")
     args = parser.parse_args(argv)
-    settings = GRPOSettings.cpu_profile(save_steps=args.save_steps, max_completion_length=16, num_generations=4,
-                                        questions_per_step=2)
+    if args.profile == "cpu-paper":
+        settings = GRPOSettings.cpu_paper_profile(save_steps=args.save_steps, max_completion_length=16)
+    else:
+        settings = GRPOSettings.cpu_profile(save_steps=args.save_steps, max_completion_length=16, num_generations=4,
+                                            questions_per_step=2)
     rows = conductor_prompt_rows(QUESTIONS, WORKERS, short_prompt, randomize_pools=True, question_id=str)
     reward = make_conductor_reward(format_verdict, settings.reward_variant, group_size=settings.num_generations)
 

@@ -1,0 +1,103 @@
+"""What a conductor trained at the paper's rollout budget does, read back from its run.
+
+    CORYPHAEUS_TRAINER_PROFILE=cpu-paper .venv/bin/python -m assets.main --pool POOL --torch-threads 1
+    .venv/bin/python -m benchmarks.paper_budget_report --pool POOL [--home DAGSTER_HOME] [--curves OUT.png]
+
+It reads the run's latest materializations (the instance in `--home`, default $DAGSTER_HOME) and the
+warehouse and eval tables under the artifacts root they name, and prints the markdown of
+`benchmarks/RESULTS-paper-budget.md`'s section for that pool: the trained arm against the best
+single worker, its warm start, random routing and `vote:top5`, paired on the same questions; its
+fan-out share (`sql/workflow_fan_out.sql`) and cost per question against `vote:top5`'s; its order
+invariance. `--curves` copies the training run's curves (reward, routing signal, parse failures,
+fan-out share) to a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from assets.metadata import latest_metadata
+from assets.results import paired_points, record_from_instance
+from conductor_pipeline.evaluation.tables import fan_out_by_arm
+from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.warehouse import Warehouse
+
+
+def trained_arm(arms: list[str]) -> str:
+    """The trained conductor's arm: a conductor arm that is neither the warm start nor a reordering."""
+    trained = [a for a in arms if a.startswith("conductor:") and "warm_start" not in a and "@" not in a]
+    if len(trained) != 1:
+        raise SystemExit(f"expected one trained conductor arm among {arms}")
+    return trained[0]
+
+
+def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | None]:
+    record = record_from_instance(instance)
+    tables = latest_metadata(instance, "eval_tables")
+    folder = Path(str(tables["tables_dir"].value))
+    run_id = record["eval_run_id"]
+    arms = pl.read_parquet(folder / f"{run_id}_arms.parquet")
+    trained = trained_arm(arms["arm"].to_list())
+    pairs = [p for p in record["conductor_pairs"] if p["arm"] == trained]
+    accuracy = {a: v["accuracy"] for a, v in record["arms"].items()}
+    cost = dict(zip(arms["arm"], arms["cost_per_question"], strict=True))
+
+    warehouse = Warehouse(folder.parent / "warehouse.duckdb")
+    aggregators = sorted(seat.name for seat in load_pool(pool_name).workers if seat.is_vote)
+    fan_out = "no vote seat in this pool"
+    if aggregators:
+        flags = warehouse.query_file("workflow_fan_out", {"run_id": run_id, "aggregators": aggregators})
+        share = fan_out_by_arm(flags.filter(pl.col("arm") == trained))
+        fan_out = f"{share['share'][0]:.3f} of {share['workflows'][0]} workflows" if share.height else "none parsed"
+
+    training = record["training"]
+    lines = [
+        f"### {pool_name}",
+        "",
+        f"Commit `{record['commit']}`, training run `{training['run_id']}` ({training['steps']} steps of "
+        f"{training['group_size']}-rollout groups), eval run `{run_id}` ({record['questions']} questions).",
+        "",
+        "| the trained conductor against | its accuracy | theirs | difference (pts) [95% CI] | verdict |",
+        "|---|---:|---:|---|---|",
+    ]
+    for pair in sorted(pairs, key=lambda p: p["reference"]):
+        lines.append(f"| `{pair['reference']}` | {accuracy[trained]:.3f} | {accuracy.get(pair['reference'], float('nan')):.3f} "
+                     f"| {paired_points(pair)} | {pair['verdict']} |")
+    vote_cost = cost.get("vote:top5")
+    lines += [
+        "",
+        f"Fan-out share of `{trained}`: {fan_out}. Cost per question: {cost[trained]:.5f} USD"
+        + (f" against `vote:top5`'s {vote_cost:.5f} ({cost[trained] / vote_cost:.0%})." if vote_cost else "."),
+    ]
+    for row in record["order_agreement"]:
+        lines.append(f"Catalogue shuffled per question (`{row['arm']}`): {row['same_final_worker']:.3f} of "
+                     f"{row['both_parsed']} questions went to the same final worker.")
+    checkpoint = latest_metadata(instance, "conductor_checkpoint") or {}
+    curves = checkpoint.get("curves_path")
+    return "\n".join(lines), Path(str(curves.value)) if curves is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pool", required=True)
+    parser.add_argument("--home", type=Path, help="the run's DAGSTER_HOME (default $DAGSTER_HOME)")
+    parser.add_argument("--curves", type=Path, help="copy the training run's curves here")
+    args = parser.parse_args(argv)
+    instance = dg.DagsterInstance.from_config(str(args.home)) if args.home else dg.DagsterInstance.get()
+    with instance:
+        text, curves = section(args.pool, instance)
+    print(text)
+    if args.curves and curves is not None:
+        shutil.copyfile(curves, args.curves)
+        print(f"\n(curves: {args.curves})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

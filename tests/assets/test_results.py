@@ -1,0 +1,65 @@
+"""The README's results block is the recorded run's, and the record is what the code produces.
+
+The default suite renders `docs/results/default-run.json` again and compares it with the README's
+marked block, so neither can be edited alone. The slow test runs the whole default graph in a
+folder of its own and compares its figures with the record: a change to the code that moves a
+figure fails it until `make run && make results` records the new run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from assets.results import (
+    BEGIN,
+    END,
+    README_PATH,
+    RECORD_PATH,
+    readme_block,
+    record_from_instance,
+    render_block,
+    replace_block,
+)
+from tests.reliability.main_runs import DEFAULT_RUN, RunFolder, run_to_end
+
+# Figures of the record a fresh run must reproduce: all but the commit it was made at.
+NOT_REPRODUCED = ("commit",)
+
+
+def test_the_readme_block_is_the_recorded_runs() -> None:
+    record = json.loads(RECORD_PATH.read_text())
+    assert readme_block(README_PATH.read_text()) == render_block(record), "run `make results` after `make run`"
+
+
+def test_the_block_names_the_commit_the_eval_run_and_every_conductor_pair() -> None:
+    record = json.loads(RECORD_PATH.read_text())
+    block = render_block(record)
+    assert record["commit"] in block and record["eval_run_id"] in block
+    trained = [p for p in record["conductor_pairs"] if "warm_start" not in p["arm"] and "@shuffled" not in p["arm"]]
+    for pair in trained:
+        if f"`{pair['reference']}`" in block:
+            assert f"{100 * pair['difference']:+.1f} [" in block
+
+
+def test_replacing_the_block_keeps_the_rest_of_the_readme() -> None:
+    readme = f"# title\n\nbefore\n{BEGIN}\nold figures\n{END}\nafter\n"
+    replaced = replace_block(readme, "new figures")
+    assert replaced == f"# title\n\nbefore\n{BEGIN}\nnew figures\n{END}\nafter\n"
+    assert readme_block(replaced) == "new figures"
+    with pytest.raises(ValueError, match="results:begin"):
+        replace_block("# no block here\n", "figures")
+
+
+@pytest.mark.slow
+def test_a_fresh_default_run_reproduces_the_record(tmp_path, default_run_data: None) -> None:
+    folder = RunFolder(tmp_path).prepare()
+    run_to_end(folder, DEFAULT_RUN, tmp_path / "run.log")
+    with dg.DagsterInstance.from_config(str(folder.home)) as instance:
+        fresh = record_from_instance(instance)
+    recorded = json.loads(RECORD_PATH.read_text())
+    for key in NOT_REPRODUCED:
+        fresh.pop(key), recorded.pop(key)
+    assert json.loads(json.dumps(fresh)) == recorded

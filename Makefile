@@ -78,12 +78,12 @@ ui: setup
 
 ## The benchmarks, except the default-run one, which clones and installs the project twice (`make bench-default-run`).
 bench: setup
-	for b in $(filter-out benchmarks/default_run_benchmark.py,$(wildcard benchmarks/*_benchmark.py)); do echo "== $$b"; $(PY) $$b || exit 1; done
+	for b in $(filter-out default_run_benchmark,$(basename $(notdir $(wildcard benchmarks/*_benchmark.py)))); do echo "== benchmarks.$$b"; $(PY) -m benchmarks.$$b || exit 1; done
 
 ## Install, `make run` twice and `make test` from fresh clones of BASELINE and of HEAD, side by side.
 BASELINE ?= 928a1c3
 bench-default-run: setup
-	$(PY) benchmarks/default_run_benchmark.py --baseline $(BASELINE) --current HEAD
+	$(PY) -m benchmarks.default_run_benchmark --baseline $(BASELINE) --current HEAD
 
 ## Re-resolve requirements.lock after a change to the dependencies in pyproject.toml; commit both.
 ## It resolves from scratch (newest versions pyproject.toml allows): compiling onto the old lock

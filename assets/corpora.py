@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from assets.metadata import stage
 from conductor_pipeline.corpora.loaders import load_all_questions, load_gsm8k, load_math500, load_math_full
 from conductor_pipeline.corpora.sources import verified_data_file
 from conductor_pipeline.corpora.summaries import split_count_table, subject_level_table, warehouse_breakdown_table
@@ -47,19 +48,19 @@ def _corpus_result(
     )
 
 
-@dg.asset(group_name=GROUP, kinds={"jsonl"}, owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"})
+@dg.asset(**stage(GROUP), kinds={"jsonl"})
 def math500_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """MATH500 (PRM800K's 500-problem MATH test subset): file verified, every row validated."""
     return _corpus_result(context, "math500_test", load_math500())
 
 
-@dg.asset(group_name=GROUP, kinds={"parquet"}, owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"})
+@dg.asset(**stage(GROUP), kinds={"parquet"})
 def math_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The full Hendrycks MATH set (12,500 problems): file verified, every row validated."""
     return _corpus_result(context, "math_full", load_math_full())
 
 
-@dg.asset(group_name=GROUP, kinds={"jsonl"}, owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"})
+@dg.asset(**stage(GROUP), kinds={"jsonl"})
 def gsm8k_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """GSM8K train and test: both files verified, every row validated, gold answers extracted."""
     metadata: dict[str, dg.MetadataValue] = {}
@@ -79,8 +80,7 @@ def gsm8k_corpus(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 
 
 @dg.asset(
-    group_name=GROUP, deps=[math500_corpus, math_corpus, gsm8k_corpus], kinds={"duckdb"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP), deps=[math500_corpus, math_corpus, gsm8k_corpus], kinds={"duckdb"},
 )
 def questions(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Every question once (MATH full with MATH500 flagged, GSM8K train and test) in the warehouse table `questions`."""

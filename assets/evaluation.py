@@ -31,7 +31,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from assets.metadata import latest_metadata, latest_metadata_value, png_markdown
+from assets.metadata import latest_metadata, latest_metadata_value, png_markdown, stage
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import read_trained_prompt
@@ -43,6 +43,7 @@ from conductor_pipeline.evaluation.routers import choose_best_single
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.slices import (
     DEFAULT_SLICE_SIZE,
+    assert_no_leak,
     eval_candidates,
     eval_slice,
     find_leaks,
@@ -53,7 +54,7 @@ from conductor_pipeline.grading.regrade import StaleGradesError, require_current
 from conductor_pipeline.pools.backends.base import RecordedWorker
 from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.records import stable_id
-from conductor_pipeline.splits import split_fingerprint, split_of
+from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
@@ -202,9 +203,7 @@ def _latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | Non
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     # Lineage only: the checkpoint is read from the event log and the routing W is fitted here.
     deps=[pass_rates, dg.AssetKey(CHECKPOINT_ASSET), dg.AssetKey(WORLD_MODEL_ASSET)],
     kinds={"duckdb", "lightgbm"},
@@ -235,11 +234,12 @@ def eval_arms(
 
     calibration = choose_best_single(pass_rate_table(store, pool_config.name), list(solo_workers))
     training_ids = questions_seen_in_training(store, context.instance)
-    leaks = find_leaks(
-        chosen.question_ids, training_ids=training_ids, calibration_ids=calibration.calibration_question_ids
-    )
-    if any(leaks.values()):
-        raise dg.Failure(f"train/eval leak before any arm ran: { {k: v[:5] for k, v in leaks.items() if v} }")
+    try:
+        assert_no_leak(
+            chosen.question_ids, training_ids=training_ids, calibration_ids=calibration.calibration_question_ids
+        )
+    except SplitLeakError as exc:
+        raise dg.Failure(f"train/eval leak before any arm ran: {exc}") from exc
 
     warm_start = _latest_warm_start(context) if config.use_warm_start_policy else None
     checkpoint = _trained_policy(context, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None
@@ -452,9 +452,7 @@ def conductor_check_result(verdicts: dict[str, str]) -> dg.AssetCheckResult:
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     kinds={"duckdb"},
     check_specs=[
         dg.AssetCheckSpec(

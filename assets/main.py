@@ -33,12 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleCause, StaleStatus
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._time import get_current_datetime
 from filelock import FileLock
 
+from assets.dagster_internals import (
+    CachingStaleStatusResolver,
+    StaleCause,
+    StaleStatus,
+    check_execution_failed,
+    check_execution_finished,
+    stale_status_resolver,
+)
 from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs
 from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import run_tags
@@ -99,17 +103,6 @@ class MainRunReport:
         return [asset for plan in self.plans for asset in plan.run]
 
 
-def stale_status_resolver(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStaleStatusResolver:
-    """Dagster's resolver of MISSING / STALE / FRESH, the one the UI asks, over these definitions."""
-    asset_graph = defs.resolve_asset_graph()
-    view = AssetGraphView(
-        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-        instance=instance,
-        asset_graph=asset_graph,
-    )
-    return CachingStaleStatusResolver(instance=instance, asset_graph=asset_graph, loading_context=view)
-
-
 def describe_causes(causes: Sequence[StaleCause]) -> str:
     """`has a new code version`, `has a new dependency data version (probe_calls[gpt-4o])`, ..."""
     texts = []
@@ -150,7 +143,7 @@ def failed_blocking_check(
         return None
     executions = instance.event_log_storage.get_latest_asset_check_execution_by_key(blocking)
     for check_key, execution in sorted(executions.items(), key=lambda item: item[0].name):
-        if execution.status == AssetCheckExecutionRecordStatus.FAILED and execution.run_id == latest.run_id:
+        if check_execution_failed(execution) and execution.run_id == latest.run_id:
             return check_key.name
     return None
 
@@ -169,9 +162,7 @@ def unfinished_blocking_check(
     executions = instance.event_log_storage.get_latest_asset_check_execution_by_key(blocking)
     for check_key in sorted(blocking, key=lambda k: k.name):
         execution = executions.get(check_key)
-        finished = execution is not None and execution.status in (
-            AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED
-        )
+        finished = execution is not None and check_execution_finished(execution)
         if not finished or execution.run_id != latest.run_id:
             return check_key.name
     return None

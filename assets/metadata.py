@@ -29,3 +29,9 @@ def latest_metadata_value(instance: dg.DagsterInstance, asset: str, field: str) 
     or materialized without that field)."""
     entry = (latest_metadata(instance, asset) or {}).get(field)
     return None if entry is None else entry.value
+
+
+def stage(group: str, compute: str = "cpu") -> dict[str, object]:
+    """The `@dg.asset` arguments every stage's assets share: their group, its team as owner, and the
+    stage and compute tags (`@dg.asset(**stage(GROUP), kinds=...)`)."""
+    return {"group_name": group, "owners": [f"team:{group}"], "tags": {"stage": group, "compute": compute}}

@@ -23,7 +23,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from assets.world_model import library_field
+from assets.metadata import stage
 from conductor_pipeline.files import write_parquet_atomic, write_text_atomic
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.probing.pool_search import PoolSearchError, PoolSearchSettings, search_pools
@@ -35,6 +35,7 @@ from conductor_pipeline.probing.pool_search_report import (
 from conductor_pipeline.probing.recorded_outcomes import RecordedOutcomesError, recorded_sample_outcomes
 from conductor_pipeline.probing.runner import select_questions
 from conductor_pipeline.splits import split_fingerprint
+from resources.knobs import library_field
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
@@ -78,11 +79,9 @@ class PoolSearchConfig(dg.Config):
 
 
 @dg.asset(
-    group_name=GROUP,
+    **stage(GROUP),
     deps=["questions"],
     kinds={"duckdb", "parquet"},
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
 )
 def pool_search(
     context: dg.AssetExecutionContext, config: PoolSearchConfig, warehouse: WarehouseResource, pool: PoolResource

@@ -14,7 +14,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from assets.metadata import png_markdown
+from assets.metadata import png_markdown, stage
 from assets.versions import probe_calls_data_version
 from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
@@ -78,9 +78,7 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
 
     @dg.asset(
         name=PROBE_CALLS,
-        group_name=GROUP,
-        owners=[f"team:{GROUP}"],
-        tags={"stage": GROUP, "compute": "cpu"},
+        **stage(GROUP),
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         deps=["questions"],
@@ -153,9 +151,7 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     deps=[PROBE_CALLS],
     kinds={"duckdb", "parquet"},
     automation_condition=dg.AutomationCondition.eager(),
@@ -199,9 +195,7 @@ def pass_rates(
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     deps=[pass_rates],
     kinds={"duckdb"},
     automation_condition=dg.AutomationCondition.eager(),

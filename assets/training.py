@@ -17,25 +17,29 @@ latest probe run. Training steps run in the Dagster concurrency pool `gpu` (one 
 """
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
-from tabulate import tabulate
 
 from assets.deployment import GPU_POOL  # training, probe and warm start share one GPU: one step at a time
-from assets.metadata import png_markdown
+from assets.metadata import png_markdown, stage
 from assets.probing import pass_rates
+from assets.training_metadata import (
+    md_table,
+    probe_audit_metadata,
+    pruning_metadata,
+    run_metadata,
+    telemetry_metadata,
+)
 from assets.world_model import world_model_path
-from conductor_pipeline.conductor.policies import policy_fingerprint
+from conductor_pipeline.conductor.hf_policy import policy_fingerprint
 from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
-from conductor_pipeline.files import write_bytes_atomic
-from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.probing.contested import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
-from conductor_pipeline.records import Question, stable_id
+from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.training.dataset import (
     TrainingDataError,
@@ -59,16 +63,14 @@ from conductor_pipeline.training.gates import (
     write_verdict,
 )
 from conductor_pipeline.training.grpo import remove_checkpoints
-from conductor_pipeline.training.plots import sft_loss_png, training_curves_png
+from conductor_pipeline.training.plots import sft_loss_png
 from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor, parse_check
 from conductor_pipeline.training.runs import (
-    RunTelemetry,
-    fan_out_share,
+    balance_markdown,
     forget_steps_after_checkpoint,
     format_metric,
-    halves_markdown,
-    parse_code_totals,
-    parse_fail_rate,
+    policy_name,
+    rollout_summary,
     run_pool_grpo,
     run_telemetry,
 )
@@ -81,18 +83,14 @@ from conductor_pipeline.training.telemetry import (
     RolloutLog,
     RowBuffer,
     forget_run,
-    rollout_row_counts,
     rollout_run_id,
 )
-from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_OK
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "training"
-# Settings that say how long a run is and how often it saves, not what it learns: left out of its key.
-RUN_LENGTH_SETTINGS = ("max_steps", "save_steps", "save_total_limit")
 # "200 steps over 33 questions is memorisation": the contested set must be at least this large.
 DEFAULT_MIN_CONTESTED = 100
 NO_FLIPS_NOTE = "n/a: one recording per question (a one-sample probe IS the probe here)"
@@ -127,19 +125,10 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: Tra
         )
 
 
-def _trained_prompt(trainer: TrainerResource, settings: GRPOSettings) -> dict[str, object]:
-    """How the policy is prompted and sampled in training: evaluation prompts it the same way."""
-    return {
-        "naming": trainer.worker_naming, "n_examples": trainer.n_prompt_examples,
-        "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
-        "show_predicted_success": trainer.show_predicted_success,
-    }
-
-
 def _prompt_metadata(trainer: TrainerResource, settings: GRPOSettings, model_folder: Path) -> dict[str, dg.MetadataValue]:
     """The training prompt as metadata, also written beside the weights (`write_trained_prompt`), so
     a checkpoint evaluated by path on any pool is prompted as it was trained."""
-    prompt = _trained_prompt(trainer, settings)
+    prompt = trainer.trained_prompt(settings)
     write_trained_prompt(model_folder, prompt)
     return {"prompt": dg.MetadataValue.json(prompt)}
 
@@ -150,11 +139,6 @@ def _device(trainer: TrainerResource) -> str:
         return trainer.training_device()
     except ValueError as exc:
         raise dg.Failure(str(exc)) from exc
-
-
-def _aggregators(pool_config: PoolConfig) -> list[str]:
-    """The pool's vote seats: fan-out targets in the warm start, the fan-out share in the curves."""
-    return [seat.name for seat in pool_config.workers if seat.is_vote]
 
 
 def _rollout_executor(
@@ -199,34 +183,6 @@ def _observe_progress(context: dg.AssetExecutionContext) -> Callable[[dict], Non
     return observe
 
 
-@contextmanager
-def _telemetry(store: Warehouse) -> Iterator[RowBuffer]:
-    """The buffer a step's rollouts are recorded through; everything held is written before the step ends."""
-    writer = RowBuffer(store)
-    try:
-        yield writer
-    finally:
-        writer.flush()
-
-
-def _policy_name(model: Path | str) -> str:
-    """A policy as `workflows.conductor` names it: its folder (or hub id) name."""
-    return f"policy:{Path(str(model)).name}"
-
-
-def _run_key(trainer: TrainerResource, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:
-    """What a GRPO run is made of: its settings but its length (a longer run of the same recipe
-    continues the shorter one), how its prompts show the pool, the pool file, the questions it
-    trains on and the weights it starts from. A run keyed the same resumes; any other starts afresh."""
-    recipe = {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS}
-    return stable_id(
-        recipe, trainer.worker_naming, trainer.n_prompt_examples, trainer.contested_subpools, training.pruning,
-        training.predicted_success,
-        training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
-        policy_fingerprint(start_policy),
-    )[:16]
-
-
 def _repeatable_run_id(
     context: dg.AssetExecutionContext, kind: str, pool: str, policy: Path | str, training: TrainingSet
 ) -> str:
@@ -237,100 +193,6 @@ def _repeatable_run_id(
     run_id = rollout_run_id(kind, pool, code_version, policy_fingerprint(policy), [q.question_id for q in training.questions])
     forget_run(training.store, run_id)
     return run_id
-
-
-# ---------------------------------------------------------------------------- metadata
-
-
-def _md_table(rows: Sequence[Sequence], headers: Sequence[str]) -> dg.MetadataValue:
-    return dg.MetadataValue.md(tabulate(rows, headers=headers, tablefmt="github"))
-
-
-def _pruning_metadata(training: TrainingSet) -> dict[str, dg.MetadataValue]:
-    if training.pruning is None:
-        return {"world_model_pruning": dg.MetadataValue.text("off")}
-    return {
-        "world_model_pruning": dg.MetadataValue.json(training.pruning),
-        "pruned_questions": dg.MetadataValue.int(len(training.skipped)),
-    }
-
-
-def _probe_audit_metadata(manifest: Mapping | None) -> dict[str, dg.MetadataValue]:
-    """The probe's audit of world-model pruning, repeated on the checkpoint it licensed."""
-    audit = (manifest or {}).get("world_model_pruning")
-    return {"probe_pruning_audit": dg.MetadataValue.json(audit)} if audit else {}
-
-
-def _telemetry_metadata(store: Warehouse, run_id: str) -> dict[str, dg.MetadataValue]:
-    """What a run's rollouts left in `workflows` and `calls`."""
-    return {"rollout_telemetry": dg.MetadataValue.json({"run_id": run_id, **rollout_row_counts(store, run_id)})}
-
-
-def _run_metadata(
-    telemetry: RunTelemetry, run_id: str, title: str, png_path: Path, threshold: float | None,
-    report_error: Callable[[str], object],
-) -> dict[str, dg.MetadataValue]:
-    """A GRPO or probe run's curves, its first half against its second, and its rollout telemetry
-    checked against its `training_steps` rows (a mismatch is logged as an error); on a pool with an
-    aggregator, the share of rollouts that fanned out and aggregated, per step and per half."""
-    frame = telemetry.steps
-    if frame.is_empty():
-        return {}
-    halves = tuple(half.as_dict() for half in telemetry.halves) if telemetry.halves is not None else None
-    png = training_curves_png(frame, title, threshold, telemetry.final_workers, halves, telemetry.fan_out)
-    write_bytes_atomic(png_path, png, "training curves")
-    last = frame.row(-1, named=True)
-    codes = parse_code_totals(frame["parse_codes"].to_list())
-    if telemetry.mismatches:
-        report_error(f"{run_id}: rollout rows in `workflows` disagree with training_steps.parse_codes: {telemetry.mismatches}")
-    metadata = {
-        "curves": png_markdown(png, title),
-        "curves_path": dg.MetadataValue.path(str(png_path)),
-        "steps_logged": dg.MetadataValue.int(frame.height),
-        "last_reward_mean": dg.MetadataValue.float(float(last["reward_mean"] or 0.0)),
-        "last_parse_fail_rate": dg.MetadataValue.float(float(last["parse_fail_rate"] or 0.0)),
-        "parse_code_counts": _md_table(sorted(codes.items(), key=lambda kv: -kv[1]), ["outcome", "rollouts"]),
-        "rollout_telemetry": dg.MetadataValue.json(
-            {"run_id": run_id, **telemetry.rows, "matches_training_steps": not telemetry.mismatches}
-        ),
-    }
-    if telemetry.halves is not None:
-        first, second = telemetry.halves
-        metadata["learning"] = dg.MetadataValue.md(halves_markdown(first, second))
-        metadata["halves"] = dg.MetadataValue.json({"first": first.as_dict(), "second": second.as_dict()})
-    if telemetry.fan_out is not None:
-        halves_share = {} if telemetry.halves is None else {
-            "first_half": telemetry.halves[0].fan_out_share, "second_half": telemetry.halves[1].fan_out_share,
-        }
-        metadata["fan_out_share"] = dg.MetadataValue.json({
-            "overall": fan_out_share(telemetry.fan_out), **halves_share,
-            "per_step": {int(row["step"]): row["fan_out"] / row["rollouts"] for row in telemetry.fan_out.iter_rows(named=True)},
-        })
-    return metadata
-
-
-def _balance_markdown(balance: Mapping) -> str:
-    """The warm start's choices against uniform picks within each catalogue, by position and by worker."""
-    lines = [f"Parsed parse-check samples: {balance['rollouts']}. Observed (expected with no preference):"]
-    for part in ("by_position", "by_worker"):
-        test = balance[part]
-        cells = ", ".join(f"{k}: {test['observed'][k]} ({test['expected'][k]})" for k in test["observed"])
-        p = "n/a" if test["p_value"] is None else f"{test['p_value']:.3f}"
-        lines.append(f"- {part.replace('_', ' ')}: {cells}; chi-square p = {p}")
-    return "\n".join(lines)
-
-
-def _rollout_summary(telemetry: RunTelemetry) -> str:
-    """Parse failures and reward over all of a run's rollouts, and first half against second half."""
-    codes = parse_code_totals(telemetry.steps["parse_codes"].to_list())
-    overall = f"Parse failures over all {sum(codes.values())} rollouts: {format_metric(parse_fail_rate(codes))}"
-    if telemetry.halves is None:
-        return overall + "."
-    first, second = telemetry.halves
-    return (
-        f"{overall} (first half {format_metric(first.parse_fail_rate)}, second half {format_metric(second.parse_fail_rate)}); "
-        f"mean reward {format_metric(first.reward_mean)} -> {format_metric(second.reward_mean)}."
-    )
 
 
 # ---------------------------------------------------------------------------- contested set
@@ -350,8 +212,7 @@ class ContestedConfig(dg.Config):
 
 
 @dg.asset(
-    group_name=GROUP, deps=[pass_rates], kinds={"parquet"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP), deps=[pass_rates], kinds={"parquet"},
 )
 def contested_set(
     context: dg.AssetExecutionContext, config: ContestedConfig, warehouse: WarehouseResource, pool: PoolResource
@@ -382,13 +243,13 @@ def contested_set(
             "size": dg.MetadataValue.int(chosen.height),
             "min_size": dg.MetadataValue.int(config.min_size),
             "rule": dg.MetadataValue.json({**rule.as_dict(), "weak_resolved": selection.weak, "strong_resolved": selection.strong}),
-            "counts_per_class": _md_table(list(selection.counts.items()), ["class", "questions"]),
-            "counts_per_reason": _md_table(reasons.rows(), ["reason", "questions"]),
+            "counts_per_class": md_table(list(selection.counts.items()), ["class", "questions"]),
+            "counts_per_reason": md_table(reasons.rows(), ["reason", "questions"]),
             "one_sample_flips": (
                 dg.MetadataValue.text(NO_FLIPS_NOTE) if flips is None
-                else _md_table(sorted(flips.items()), ["one-sample -> k-sample class", "questions"])
+                else md_table(sorted(flips.items()), ["one-sample -> k-sample class", "questions"])
             ),
-            "pool_mean_pass_rate_histogram": _md_table(histogram.rows(), histogram.columns),
+            "pool_mean_pass_rate_histogram": md_table(histogram.rows(), histogram.columns),
             "samples_per_pair": dg.MetadataValue.text(f"min {samples.min()}, max {samples.max()}"),
             "split_fingerprint": dg.MetadataValue.text(split_fingerprint()),
             "split": dg.MetadataValue.text("train only"),
@@ -415,8 +276,7 @@ def contested_set_size(warehouse: WarehouseResource, pool: PoolResource) -> dg.A
 
 
 @dg.asset(
-    group_name=GROUP, deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+    **stage(GROUP, "gpu"), deps=[contested_set], pool=GPU_POOL, kinds={"pytorch"},
 )
 def warm_start_policy(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
@@ -435,11 +295,11 @@ def warm_start_policy(
     n_checked = len(check_rows) * samples
     # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
     check_run_id = _repeatable_run_id(context, "warm-start", pool_config.name, base, training)
-    with _telemetry(training.store) as writer:
+    with RowBuffer(training.store) as writer:
         executor = _rollout_executor(training, settings, trainer, pool, training.questions)
 
         def check(model: Path | str, phase: str) -> tuple[float, dict[str, int]]:
-            executor.log = RolloutLog(writer, check_run_id, phase, _policy_name(model))
+            executor.log = RolloutLog(writer, check_run_id, phase, policy_name(model))
             return parse_check(
                 model, check_rows, trainer.worker_naming, settings.max_completion_length, samples, executor=executor, device=device
             )
@@ -452,19 +312,19 @@ def warm_start_policy(
             "parse_rate_before": dg.MetadataValue.float(before),
             "parse_codes_before": dg.MetadataValue.json(codes_before),
             "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
-            **_pruning_metadata(training),
+            **pruning_metadata(training),
         }
         if not trainer.sft_warm_start:
             context.log.info("warm start disabled: GRPO starts from the base policy")
             return dg.MaterializeResult(metadata={
-                **metadata, **_telemetry_metadata(training.store, check_run_id),
-                "prompt": dg.MetadataValue.json(_trained_prompt(trainer, settings)),
+                **metadata, **telemetry_metadata(training.store, check_run_id),
+                "prompt": dg.MetadataValue.json(trainer.trained_prompt(settings)),
                 "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
             })
         style = trainer.warm_start_style
         pairs = warm_start_pairs(
             rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.worker_naming, style=style,
-            aggregators=_aggregators(pool_config),
+            aggregators=pool_config.vote_seat_names,
         )
         sft = trainer.sft_settings()
         context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
@@ -492,10 +352,10 @@ def warm_start_policy(
         final_loss=dg.MetadataValue.float(final_loss(history)),
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
-        **_telemetry_metadata(training.store, check_run_id),
+        **telemetry_metadata(training.store, check_run_id),
         **_prompt_metadata(trainer, settings, out),
         choice_balance=dg.MetadataValue.json(balance),
-        choice_balance_summary=dg.MetadataValue.md(_balance_markdown(balance)),
+        choice_balance_summary=dg.MetadataValue.md(balance_markdown(balance)),
     )
     png = sft_loss_png(history)
     if png is not None:
@@ -507,8 +367,7 @@ def warm_start_policy(
 
 
 @dg.asset(
-    group_name=GROUP, deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+    **stage(GROUP, "gpu"), deps=[contested_set, warm_start_policy], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
 )
 def grpo_probe_run(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
@@ -519,7 +378,7 @@ def grpo_probe_run(
     settings = trainer.grpo_settings(steps=trainer.probe_steps)
     device = _device(trainer)
     start_policy = trainer.start_policy_path(pool_config.name)
-    probe_run_id = f"probe-{pool_config.name}-{_run_key(trainer, settings, training, start_policy)}"
+    probe_run_id = f"probe-{pool_config.name}-{trainer.run_key(settings, training, start_policy)}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
     manifest = read_probe_manifest(output_dir, RUN_MANIFEST)  # a probe of the same inputs that finished
@@ -530,10 +389,10 @@ def grpo_probe_run(
         # deleted first, so its figures are an uninterrupted probe's.
         forget_run(store, probe_run_id)
         context.log.info(f"probe {probe_run_id}: starting")
-        with _telemetry(store) as writer:
+        with RowBuffer(store) as writer:
             executor = _executor(
                 training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],
-                RolloutLog(writer, probe_run_id, "probe", _policy_name(start_policy)), start_policy, device,
+                RolloutLog(writer, probe_run_id, "probe", policy_name(start_policy)), start_policy, device,
             )
             run_pool_grpo(
                 start_policy, training, executor, settings, output_dir,
@@ -558,13 +417,13 @@ def grpo_probe_run(
     preview = judge_probe(manifest, manifest["steps"], threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on)
     steps_done = len(manifest["steps"])
     context.log.info(f"probe {probe_run_id}: {steps_done} steps in {elapsed:.0f}s; {preview.describe()}")
-    telemetry = run_telemetry(store, probe_run_id, _aggregators(pool_config))
+    telemetry = run_telemetry(store, probe_run_id, pool_config.vote_seat_names)
     summary = (
         f"{steps_done} probe steps in {elapsed:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
         f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance and "
         f"{format_metric(preview.correctness_figure)} the same correctness in every rollout (no routing signal); "
         f"the gate judges {preview.gate_on} and needs < {trainer.zero_variance_threshold:.2f}. "
-        f"{_rollout_summary(telemetry)}"
+        f"{rollout_summary(telemetry)}"
     )
     return dg.MaterializeResult(
         metadata={
@@ -588,7 +447,7 @@ def grpo_probe_run(
             "contested_subpools": dg.MetadataValue.bool(trainer.contested_subpools),
             "world_model_pruning": dg.MetadataValue.json(pruning) if pruning else dg.MetadataValue.text("off"),
             **({"pruned_questions": dg.MetadataValue.int(len(training.skipped))} if pruning else {}),
-            **_run_metadata(
+            **run_metadata(
                 telemetry, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
                 trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold, context.log.error,
             ),
@@ -620,8 +479,7 @@ def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, p
 
 
 @dg.asset(
-    group_name=GROUP, deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "gpu"},
+    **stage(GROUP, "gpu"), deps=[grpo_probe_run, contested_set], pool=GPU_POOL, kinds={"pytorch", "duckdb"},
 )
 def conductor_checkpoint(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
@@ -639,7 +497,7 @@ def conductor_checkpoint(
     settings = trainer.grpo_settings()
     device = _device(trainer)
     start_policy = trainer.start_policy_path(pool_config.name)
-    run_id = f"grpo-{pool_config.name}-{_run_key(trainer, settings, training, start_policy)}"
+    run_id = f"grpo-{pool_config.name}-{trainer.run_key(settings, training, start_policy)}"
     output_dir = trainer.checkpoint_dir(pool_config.name) / run_id
     resume_step = forget_steps_after_checkpoint(store, run_id, output_dir)
     context.log.info(
@@ -647,10 +505,10 @@ def conductor_checkpoint(
         + f" (a run of other settings, prompts, pool, questions or start policy gets another key); output {output_dir}"
     )
     started = time.monotonic()
-    with _telemetry(store) as writer:
+    with RowBuffer(store) as writer:
         executor = _executor(
             training, settings, trainer, warehouse, pool, training.questions,
-            RolloutLog(writer, run_id, "grpo", _policy_name(start_policy)), start_policy, device,
+            RolloutLog(writer, run_id, "grpo", policy_name(start_policy)), start_policy, device,
         )
         outcome = run_pool_grpo(
             start_policy, training, executor, settings, output_dir,
@@ -681,10 +539,10 @@ def conductor_checkpoint(
             "settings": dg.MetadataValue.json(settings.describe()),
             "device": dg.MetadataValue.text(device),
             **_prompt_metadata(trainer, settings, output_dir),
-            **_pruning_metadata(training),
-            **_probe_audit_metadata(manifest),
-            **_run_metadata(
-                run_telemetry(store, run_id, _aggregators(pool_config)), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
+            **pruning_metadata(training),
+            **probe_audit_metadata(manifest),
+            **run_metadata(
+                run_telemetry(store, run_id, pool_config.vote_seat_names), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
                 output_dir / "curves.png", trainer.zero_variance_threshold, context.log.error,
             ),
         }

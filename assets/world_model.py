@@ -10,14 +10,11 @@ diagram in the UI. The check warns, not blocks: W is optional, its hooks are use
 earns them.
 """
 
-import copy
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel
 
-from assets.metadata import png_markdown
+from assets.metadata import png_markdown, stage
 from assets.probing import pass_rates
 from conductor_pipeline.files import write_bytes_atomic, write_text_atomic
 from conductor_pipeline.world_model.cross_validation import EvaluationSettings
@@ -26,6 +23,7 @@ from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
 from conductor_pipeline.world_model.persistence import WorldModelFileError
+from resources.knobs import library_field
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
@@ -38,12 +36,6 @@ BEATS_MARGINAL_DESCRIPTION = (
 )
 # Where the pool's train-split W is saved, next to its all-data W (`world_model_path`).
 TRAIN_SPLIT_W_SUFFIX = "-train-split"
-
-
-def library_field(settings: type[BaseModel], name: str) -> Any:
-    """A library settings field (default, bounds, description) as a config field, so each knob is
-    declared once, in the library. `Any`, like pydantic's `Field`: the class annotation types it."""
-    return copy.deepcopy(settings.model_fields[name])
 
 
 class WorldModelFitConfig(dg.Config):
@@ -88,8 +80,7 @@ def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -
 
 
 @dg.asset(
-    group_name=GROUP, deps=[pass_rates], kinds={"lightgbm", "duckdb"},
-    owners=[f"team:{GROUP}"], tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP), deps=[pass_rates], kinds={"lightgbm", "duckdb"},
 )
 def world_model(
     context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
@@ -120,9 +111,7 @@ def world_model(
 
 
 @dg.asset(
-    group_name=GROUP,
-    owners=[f"team:{GROUP}"],
-    tags={"stage": GROUP, "compute": "cpu"},
+    **stage(GROUP),
     deps=[world_model],
     kinds={"lightgbm"},
     check_specs=[

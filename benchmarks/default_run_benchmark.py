@@ -1,6 +1,6 @@
 """Time the README's commands from fresh clones: a baseline commit and the current one, side by side.
 
-Usage: python benchmarks/default_run_benchmark.py [--baseline 928a1c3] [--current HEAD]
+Usage: python -m benchmarks.default_run_benchmark [--baseline 928a1c3] [--current HEAD]
        [--cold-cache] [--steps install,run,rerun,test] [--baseline-steps STEPS] [--workdir DIR] [--keep] [--dry-run]
        [--output benchmarks/RESULTS-default-run.md]
 
@@ -122,7 +122,7 @@ def results_markdown(args: argparse.Namespace, commits: dict[str, str], table: s
     cache = "empty pip and uv caches per clone" if args.cold_cache else "this machine's pip and uv caches as found"
     return (
         "# Default run: install, run, rerun and test from fresh clones\n\n"
-        f"Command: `python benchmarks/default_run_benchmark.py {' '.join(sys.argv[1:])}`\n\n"
+        f"Command: `python -m benchmarks.default_run_benchmark {' '.join(sys.argv[1:])}`\n\n"
         f"- baseline: `{commits['baseline']}` ({args.baseline})\n"
         f"- current: `{commits['current']}` ({args.current})\n"
         f"- machine: {machine}\n- caches: {cache}\n"

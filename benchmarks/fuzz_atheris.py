@@ -7,7 +7,7 @@ equivalence is not fuzzed here: it runs in a subprocess per comparison, far too 
 coverage-guided fuzzing (hypothesis covers it).
 
     .venv/bin/pip install atheris   # optional: not a project dependency
-    .venv/bin/python benchmarks/fuzz_atheris.py [--seconds 60] [--target parser|extract]
+    .venv/bin/python -m benchmarks.fuzz_atheris [--seconds 60] [--target parser|extract]
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 try:
     import atheris

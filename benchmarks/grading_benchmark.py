@@ -1,6 +1,6 @@
 """Re-grade ZeroEval's recorded GSM8K and MATH level-5 responses: project grader vs plain math-verify.
 
-Usage: python benchmarks/grading_benchmark.py [--limit N] [--baseline-sample 3000] [--full-baseline]
+Usage: python -m benchmarks.grading_benchmark [--limit N] [--baseline-sample 3000] [--full-baseline]
        [--processes 2] [--baseline-processes 1]
 
 Prints, side by side in one run:
@@ -19,18 +19,14 @@ import json
 import multiprocessing
 import random
 import re
-import sys
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import polars as pl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from conductor_pipeline.corpora.sources import resolve_data_file  # noqa: E402
-from conductor_pipeline.grading import grade_many, is_equivalent, normalize_gold  # noqa: E402
-from conductor_pipeline.grading.equivalence import _canonical, _latex_for_parse  # noqa: E402
+from conductor_pipeline.corpora.sources import resolve_data_file
+from conductor_pipeline.grading import grade_many, is_equivalent, normalize_gold
+from conductor_pipeline.grading.equivalence import _canonical, _latex_for_parse
 
 TELEMETRY_FILE = resolve_data_file("zeroeval_outputs")  # the registry's file, sha256-checked
 SAMPLE_SEED = 20240924  # fixed so the baseline sample is the same rows in every run

@@ -1,6 +1,6 @@
 """Which verdicts a grader change flips: the grader at a git revision vs the working tree.
 
-Usage: python benchmarks/grading_flips.py --old-ref REV [--limit N] [--examples 3] [--processes 2]
+Usage: python -m benchmarks.grading_flips --old-ref REV [--limit N] [--examples 3] [--processes 2]
 
 Both graders grade every recorded ZeroEval response (the rows of grading_benchmark.py). The old
 one runs from `git archive REV conductor_pipeline` in a child process (its own math-verify
@@ -24,12 +24,9 @@ from pathlib import Path
 import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from grading_benchmark import SAMPLE_SEED, load_rows  # noqa: E402
-
-from conductor_pipeline.grading import grade_many, normalize_gold, read_answer  # noqa: E402
+from benchmarks.grading_benchmark import SAMPLE_SEED, load_rows
+from conductor_pipeline.grading import grade_many, normalize_gold, read_answer
 
 # Runs in the child process, whose PYTHONPATH holds the old revision's package.
 OLD_GRADER = """

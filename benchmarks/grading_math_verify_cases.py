@@ -1,6 +1,6 @@
 """The project grader on math-verify's own regression cases, read at run time from a checkout.
 
-Usage: python benchmarks/grading_math_verify_cases.py --tests-dir PATH/TO/Math-Verify/tests [--max-gold 80]
+Usage: python -m benchmarks.grading_math_verify_cases --tests-dir PATH/TO/Math-Verify/tests [--max-gold 80]
 
 Nothing of math-verify's test suite is stored in this repository: the cases are read from the
 given folder with `ast.literal_eval` (literals only, nothing is imported or run). A case is kept
@@ -21,12 +21,9 @@ from __future__ import annotations
 import argparse
 import ast
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from conductor_pipeline.grading import is_equivalent, read_answer, warm_up  # noqa: E402
+from conductor_pipeline.grading import is_equivalent, read_answer, warm_up
 
 ASSERT_PREFIX = "assert compare_strings(gold, pred"
 # Keyword arguments that move a case away from the default verification settings.

@@ -167,7 +167,7 @@ def _probe_pool(pool: str, artifacts: Path) -> None:
 def evaluate_policy(model: Path, rows: Sequence[dict], executor, settings) -> list[list[float]]:
     """Rewards of `samples` completions of each prompt row, sampled like rollouts and executed on the
     pool without recording them."""
-    from conductor_pipeline.conductor.policies import HFLocalPolicy
+    from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
     from conductor_pipeline.training.reward import reward_for
     from conductor_pipeline.training.rollouts import execute_samples, sample_completions
 

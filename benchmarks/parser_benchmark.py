@@ -6,7 +6,7 @@ in one of the accepted forms; about 15% fail, the rate Coryphaeus's prompted con
 three assignments plus `ast.literal_eval`, with no validation at all; the ratio says what the
 strictness and the no-eval decoder cost.
 
-    .venv/bin/python benchmarks/parser_benchmark.py [--n 100000] [--distinct 10000]
+    .venv/bin/python -m benchmarks.parser_benchmark [--n 100000] [--distinct 10000]
 """
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ import argparse
 import ast
 import random
 import re
-import sys
 import time
 from collections import Counter
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conductor_pipeline.workflow import PARSE_OK, Step, Workflow, WorkflowParseError, parse_workflow, render_workflow
 

@@ -11,7 +11,7 @@ each as a fraction of C/L, and their ratio. Targets: (a) >= 90% of ideal at C=64
 slower than (b). Each measurement runs `rounds` x C requests after one unmeasured warm-up round
 (connections opened), in a fresh event loop.
 
-    .venv/bin/python benchmarks/probing_benchmark.py [--latency 0.5] [--rounds 6] [--concurrency 8 64 256]
+    .venv/bin/python -m benchmarks.probing_benchmark [--latency 0.5] [--rounds 6] [--concurrency 8 64 256]
 
 """
 
@@ -21,14 +21,11 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import openai
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from conductor_pipeline.fakes import FaultServer
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, shared_http_client

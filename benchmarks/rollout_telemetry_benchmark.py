@@ -13,7 +13,7 @@ Two measurements, because a machine shared with other jobs makes step times jump
 - side by side: whole runs with and without telemetry, alternating, median wall and CPU time per
   step (each run's first step, which loads the model, left out). Noisy on a busy machine.
 
-    .venv/bin/python benchmarks/rollout_telemetry_benchmark.py [--steps 8] [--rounds 1] [--save-steps 2] [--work-dir DIR] [--model DIR]
+    .venv/bin/python -m benchmarks.rollout_telemetry_benchmark [--steps 8] [--rounds 1] [--save-steps 2] [--work-dir DIR] [--model DIR]
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ the trained arm exists to be compared: the record says whether the project's gat
 opened. A rerun with the same --work-dir reuses the probes, the warm start, the GRPO checkpoints and
 the eval workflows already recorded (the GRPO probe runs again).
 
-    .venv/bin/python benchmarks/smollm2_conductor.py              # the full run (see --help for sizes)
-    .venv/bin/python benchmarks/smollm2_conductor.py --quick      # ~15 minutes: every path, tiny sizes
+    .venv/bin/python -m benchmarks.smollm2_conductor              # the full run (see --help for sizes)
+    .venv/bin/python -m benchmarks.smollm2_conductor --quick      # ~15 minutes: every path, tiny sizes
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ warehouse. Each seat's Worker is wrapped in a ledger that counts every call the 
 the status it ended with, so the warehouse can be reconciled against the client's own account
 (rows = calls accounted for; none lost, none written twice) and the server's (attempts sent).
 
-    .venv/bin/python benchmarks/soak.py [--questions 600] [--workflows 1100] [--no-write]
+    .venv/bin/python -m benchmarks.soak [--questions 600] [--workflows 1100] [--no-write]
 
 prints the figures and writes them into benchmarks/RESULTS-reliability.md (between markers).
 `tests/reliability/test_soak.py` runs the same function (RUN_SLOW=1).
@@ -27,18 +27,16 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from conductor_pipeline.conductor.orchestrator import Orchestrator  # noqa: E402
-from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer  # noqa: E402
-from conductor_pipeline.pools.backends.openai_compat import shared_http_client  # noqa: E402
-from conductor_pipeline.pools.backends.registry import build_workers  # noqa: E402
-from conductor_pipeline.pools.config import PoolConfig, load_pool  # noqa: E402
-from conductor_pipeline.pools.governor import Governor  # noqa: E402
-from conductor_pipeline.probing.runner import probe_call_id, run_probes  # noqa: E402
-from conductor_pipeline.records import CallRequest, CallResult, CallStatus, Question  # noqa: E402
-from conductor_pipeline.warehouse import Warehouse  # noqa: E402
-from conductor_pipeline.workflow import Step, Workflow, render_workflow  # noqa: E402
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
+from conductor_pipeline.pools.backends.openai_compat import shared_http_client
+from conductor_pipeline.pools.backends.registry import build_workers
+from conductor_pipeline.pools.config import PoolConfig, load_pool
+from conductor_pipeline.pools.governor import Governor
+from conductor_pipeline.probing.runner import probe_call_id, run_probes
+from conductor_pipeline.records import CallRequest, CallResult, CallStatus, Question
+from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.workflow import Step, Workflow, render_workflow
 
 RESULTS_FILE = Path(__file__).resolve().parent / "RESULTS-reliability.md"
 # Knobs, with their reason:

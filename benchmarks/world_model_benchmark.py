@@ -4,7 +4,7 @@ Targets (issue 6): training on all ~83k ZeroEval rows, features included, in < 6
 scoring one question against every worker of a pool in < 1 ms (batched). Scoring is printed
 side by side with the unbatched way (one predict call per worker) as the baseline.
 
-    .venv/bin/python benchmarks/world_model_benchmark.py [--labels grader|ze_matched] [--folds 5]
+    .venv/bin/python -m benchmarks.world_model_benchmark [--labels grader|ze_matched] [--folds 5]
 
 Writes benchmarks/RESULTS-world-model.md and benchmarks/world_model_reliability.png.
 """
@@ -118,7 +118,7 @@ def main() -> int:
     lines = [
         "# World model benchmark",
         "",
-        f"Command: `.venv/bin/python benchmarks/world_model_benchmark.py --labels {args.labels} --folds {args.folds} "
+        f"Command: `.venv/bin/python -m benchmarks.world_model_benchmark --labels {args.labels} --folds {args.folds} "
         f"--bootstrap {args.bootstrap} --threads {args.threads}`",
         "",
         f"Data: ZeroEval replay telemetry, {frame.height} rows, {frame['question_id'].n_unique()} questions "

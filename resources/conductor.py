@@ -9,16 +9,11 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.conductor.policies import (
-    AUTO_DEVICE,
-    DEVICE_HELP,
-    DEVICE_PATTERN,
-    ConductorPolicy,
-    HFLocalPolicy,
-    OpenAIEndpointPolicy,
-    model_digest,
-)
+from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy, model_digest
 from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
+from conductor_pipeline.conductor.protocols import ConductorPolicy
+from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN
 from conductor_pipeline.evaluation.arms import CatalogueOrder, ConductorArm
 from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.records import Question, stable_id

@@ -19,36 +19,29 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.conductor.orchestrator import DEFAULT_MAX_DEPTH
-from conductor_pipeline.conductor.policies import (
-    AUTO_DEVICE,
-    DEVICE_HELP,
-    DEVICE_PATTERN,
-    resolve_device,
-    select_cuda_device,
-)
 from conductor_pipeline.conductor.prompt import Naming
+from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
+from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN, resolve_device, select_cuda_device
 from conductor_pipeline.paths import artifacts_root
+from conductor_pipeline.training.dataset import TrainingSet
 from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
 from conductor_pipeline.training.pretrained import smollm2_model
-from conductor_pipeline.training.reward import RewardVariant
+from conductor_pipeline.training.runs import grpo_run_key
 from conductor_pipeline.training.settings import (
     CPU_POLICY_HIDDEN_SIZE,
     CPU_POLICY_LAYERS,
-    GRPO_HELP,
     PAPER_POLICY,
-    SFT_HELP,
     SMOLLM2_POLICY,
     TINY_POLICY,
     GRPOSettings,
     LoraSettings,
     SFTSettings,
     gpu_lora,
-    settings_help,
 )
 from conductor_pipeline.training.synthetic import SyntheticStyle
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.world_model.prompts_and_pruning import PRUNE_HIGH, PRUNE_LOW
+from resources.knobs import override_names, overrides_model
 
 # Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches
 # the format better than more pairs seen once.
@@ -87,7 +80,6 @@ TRAINER_PROFILE_ENV = "CORYPHAEUS_TRAINER_PROFILE"
 def default_trainer_profile() -> str:
     """`$CORYPHAEUS_TRAINER_PROFILE`, else the embedded default `cpu`; read when the resource is built."""
     return os.environ.get(TRAINER_PROFILE_ENV) or "cpu"
-LORA_HELP = settings_help(LoraSettings)
 # Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
 PRUNE_AUDIT_QUESTIONS = 8
 # Parse rate before/after the warm start: this many prompts x samples at temperature 1. 256 samples
@@ -95,24 +87,25 @@ PRUNE_AUDIT_QUESTIONS = 8
 # choice balance); a second or two on the tiny model, minutes on SmolLM2.
 PARSE_CHECK_PROMPTS = 32
 PARSE_CHECK_SAMPLES = 8
-GRPO_DEFAULTS = GRPOSettings()
 
 
-class SFTOverrides(dg.Config):
-    """Warm-start (SFT) settings over the profile's; each left empty keeps the profile's value."""
-
-    max_steps: int | None = Field(None, ge=1, description=SFT_HELP["max_steps"])
-    learning_rate: float | None = Field(None, gt=0, description=SFT_HELP["learning_rate"])
-
-
-# The TrainerResource fields that override GRPOSettings fields of the same name (None: the profile's).
-GRPO_OVERRIDES = (
-    "num_generations", "questions_per_step", "max_steps", "learning_rate", "max_completion_length", "save_steps",
-    "reward_variant", "cost_weight", "randomize_pools", "world_model_bonus_weight", "vllm_mode", "vllm_server_base_url",
+# Warm-start (SFT) settings over the profile's: SFTSettings' overridable knobs, each left empty
+# keeps the profile's value.
+SFTOverrides = overrides_model(
+    "SFTOverrides", dg.Config, "Warm-start (SFT) settings over the profile's; each left empty keeps the profile's value.",
+    __name__, (SFTSettings, ""),
+)
+# The TrainerResource fields that override GRPOSettings fields of the same name (None: the profile's),
+# and those that override LoraSettings fields as lora_<name>: the knobs the library declares overridable.
+GRPO_OVERRIDES = override_names(GRPOSettings)
+LORA_OVERRIDES = override_names(LoraSettings)
+_TrainerOverrides = overrides_model(
+    "_TrainerOverrides", dg.ConfigurableResource, "The trainer resource's GRPO and LoRA overrides.",
+    __name__, (GRPOSettings, ""), (LoraSettings, "lora_"),
 )
 
 
-class TrainerResource(dg.ConfigurableResource):
+class TrainerResource(_TrainerOverrides):
     """GRPO/SFT configuration of the conductor: a profile (cpu | gpu) plus overrides.
 
     Fields named like a `GRPOSettings` field (and those under `sft`, like `SFTSettings` fields)
@@ -162,24 +155,9 @@ class TrainerResource(dg.ConfigurableResource):
     probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (20: enough groups to judge)")
     seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
 
-    # GRPO overrides (GRPO_OVERRIDES): the library's names and help text.
-    num_generations: int | None = Field(None, ge=2, description=GRPO_HELP["num_generations"])
-    questions_per_step: int | None = Field(None, ge=1, description=GRPO_HELP["questions_per_step"])
-    max_steps: int | None = Field(None, ge=1, description=GRPO_HELP["max_steps"])
-    learning_rate: float | None = Field(None, gt=0, description=GRPO_HELP["learning_rate"])
-    max_completion_length: int | None = Field(None, ge=8, description=GRPO_HELP["max_completion_length"])
-    save_steps: int | None = Field(None, ge=1, description=GRPO_HELP["save_steps"])
-    # Literal fields cannot be optional in Dagster config: their defaults are every profile's value.
-    reward_variant: RewardVariant = Field(GRPO_DEFAULTS.reward_variant, description=GRPO_HELP["reward_variant"])
-    cost_weight: float | None = Field(None, ge=0, description=GRPO_HELP["cost_weight"])
-    randomize_pools: bool | None = Field(None, description=GRPO_HELP["randomize_pools"])
-    world_model_bonus_weight: float | None = Field(None, ge=0, description=GRPO_HELP["world_model_bonus_weight"])
-    vllm_mode: Literal["colocate", "server"] = Field(GRPO_DEFAULTS.vllm_mode, description=GRPO_HELP["vllm_mode"])
-    vllm_server_base_url: str | None = Field(None, description=GRPO_HELP["vllm_server_base_url"])
-    # LoRA, for the warm start and GRPO alike (LoraSettings' names and help text); empty: the profile's.
-    lora_rank: int | None = Field(None, ge=0, description=LORA_HELP["rank"])
-    lora_alpha: int | None = Field(None, ge=1, description=LORA_HELP["alpha"])
-    lora_target_modules: str | None = Field(None, description=LORA_HELP["target_modules"])
+    # GRPO overrides (GRPO_OVERRIDES) and lora_<name> (LORA_OVERRIDES) are inherited from
+    # _TrainerOverrides, with the library's names, help text and bounds.
+
     # Recursion: a pool that seats the conductor.
     max_depth: int = Field(
         DEFAULT_MAX_DEPTH, ge=0,
@@ -272,8 +250,24 @@ class TrainerResource(dg.ConfigurableResource):
         7B-class policies; none on the cpu profiles) with the `lora_*` fields set here (rank 0: full
         fine-tuning)."""
         base = gpu_lora(self.policy_model or PAPER_POLICY) if self.profile == "gpu" else LoraSettings()
-        chosen = {"rank": self.lora_rank, "alpha": self.lora_alpha, "target_modules": self.lora_target_modules}
+        chosen = {name: getattr(self, f"lora_{name}") for name in LORA_OVERRIDES}
         return replace(base, **{name: value for name, value in chosen.items() if value is not None})
+
+    def trained_prompt(self, settings: GRPOSettings) -> dict[str, object]:
+        """How the policy is prompted and sampled in training: evaluation prompts it the same way."""
+        return {
+            "naming": self.worker_naming, "n_examples": self.n_prompt_examples,
+            "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
+            "show_predicted_success": self.show_predicted_success,
+        }
+
+    def run_key(self, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:
+        """The key of a GRPO run of `settings` on `training` from `start_policy`, with how this
+        resource's prompts show the pool (`grpo_run_key`)."""
+        return grpo_run_key(
+            settings, training, start_policy, naming=self.worker_naming, n_examples=self.n_prompt_examples,
+            contested_subpools=self.contested_subpools,
+        )
 
     @property
     def resolved_device(self) -> str:

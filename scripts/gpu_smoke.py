@@ -15,10 +15,10 @@ Prints, and writes as JSON to --report: seconds per GRPO step at each group size
 includes loading the model; `steady_s` is the last step), the peak GPU memory of each, and the
 projected wall time of the paper's 200 steps at group size 64.
 
-    python scripts/gpu_smoke.py --fetch-wheels .whl   # on a machine with pip access: what the GPU box lacks
+    python -m scripts.gpu_smoke --fetch-wheels .whl   # on a machine with pip access: what the GPU box lacks
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
-        .whl/*.whl && PYTHONPATH=/tmp/site python3 scripts/gpu_smoke.py --report "$OUT/gpu_smoke.json"
-    python scripts/gpu_smoke.py --cpu-dry-run         # the same code path on a CPU, tiny model, one step each
+        .whl/*.whl && PYTHONPATH=/tmp/site python3 -m scripts.gpu_smoke --report "$OUT/gpu_smoke.json"
+    python -m scripts.gpu_smoke --cpu-dry-run         # the same code path on a CPU, tiny model, one step each
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # --- knobs, with their reason -----------------------------------------------------------------
 # Qwen2.5-1.5B-Instruct's shape (its config.json): what the paper-sized conductor costs per step,

@@ -1,6 +1,6 @@
 """Write the replay pool files under data/pools/ from one catalogue of recorded models.
 
-Run: `.venv/bin/python scripts/make_replay_pools.py`. The catalogue below is the single place
+Run: `.venv/bin/python -m scripts.make_replay_pools`. The catalogue below is the single place
 where a recorded model gets its short worker name, family, size and price, so the replay pools
 agree with each other. Prices are USD per million tokens: provider list prices of the
 recording's period (autumn 2024) for API models; for open-weight models a typical hosted rate

@@ -13,8 +13,8 @@ probes; nothing is written into the source), and prints one line per configurati
 
 Example (the default CPU profile, then a variant):
 
-    .venv/bin/python scripts/tune_cpu_conductor.py
-    .venv/bin/python scripts/tune_cpu_conductor.py --hidden 64 --layers 2 --group-size 4
+    .venv/bin/python -m scripts.tune_cpu_conductor
+    .venv/bin/python -m scripts.tune_cpu_conductor --hidden 64 --layers 2 --group-size 4
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ abstains: trivially predictable). Last, on the eval split, the vote over the bes
 workers (ranked by their train-split probe accuracy, best first, so ties go to the best) beside
 the best single worker, with an exact McNemar test.
 
-    PYTHONPATH=. .venv/bin/python scripts/vote_topology_experiment.py --workdir /tmp/vote_topology
+    .venv/bin/python -m scripts.vote_topology_experiment --workdir /tmp/vote_topology
 
 It prints one JSON object (about 5 minutes on 2 busy cores; rerunning reuses the warehouse).
 """
@@ -28,7 +28,8 @@ from pathlib import Path
 import polars as pl
 from scipy.stats import binomtest
 
-from conductor_pipeline.conductor.orchestrator import Orchestrator, workflow_key
+from conductor_pipeline.conductor.execution import workflow_key
+from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool

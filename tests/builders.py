@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import PolicyOutput
+from conductor_pipeline.conductor.protocols import PolicyOutput
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import (

@@ -15,32 +15,40 @@ carries the visible steps' responses (`CallRequest.visible_responses`), and sinc
 it takes no governor slot. Each step's `calls` row records how many earlier results it saw
 (`visible_steps`), the world model's topology feature.
 
-Recursion: a pool seat with backend `conductor` is the conductor itself. Such a step prompts
-the conductor again with the parent workflow and the answer so far; its reply is either a new
-workflow (executed one level deeper; its answer becomes the step's answer) or three empty lists
-(pass the answer through). Depth is capped so a policy cannot recurse forever. Each reply is a
-`workflows` row of its own (linked to the calling workflow, step and the top-level workflow,
-with its depth) whose step calls carry its id, so what recursion did can be read back per level;
-the calling step's own `calls` row carries no cost, since the inner calls carry it. The inner
-conductor samples with a seed drawn from the inner workflow's id, so a rerun writes the same rows.
+Recursion (a pool seat with backend `conductor` is the conductor itself): `conductor.recursion`.
+The execution state and the rows it records: `conductor.execution`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
-from conductor_pipeline.conductor.policies import ConductorPolicy, PolicyError, PolicyOutput
+from conductor_pipeline.conductor.execution import (
+    INFRA_STATUSES,
+    NOT_RUN,
+    CompletionScore,
+    Execution,
+    Lineage,
+    StepOutcome,
+    add_latency,
+    conductor_call_record,
+    grade_final,
+    rollout_fields,
+    sample_for,
+    step_call_record,
+    workflow_key,
+)
 from conductor_pipeline.conductor.prompt import (
     CatalogueEntry,
-    build_recursion_prompt,
     catalogue_from_pool,
     displayed_worker_names,
 )
-from conductor_pipeline.grading import Grade, grade
-from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
+from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyOutput
+from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH, RecursiveSteps
+from conductor_pipeline.grading import grade
+from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
 from conductor_pipeline.records import (
@@ -57,60 +65,11 @@ from conductor_pipeline.records import (
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, PARSE_OK, Step, Workflow, WorkflowParseError, parse_workflow
 
-# The paper caps recursion; two levels already let a conductor fix its own first plan.
-DEFAULT_MAX_DEPTH = 2
 # Rows are buffered and written in batches: one warehouse transaction per workflow would hold
 # the inter-process lock thousands of times per evaluation.
 DEFAULT_FLUSH_EVERY_ROWS = 2000
 # How the original question is shown with a subtask when `include_question` is on.
 QUESTION_AND_SUBTASK_TEMPLATE = "Original question:\n{question}\n\nYour task:\n{subtask}"
-# Statuses that make a workflow an infrastructure failure instead of an answer.
-INFRA_STATUSES = frozenset({CallStatus.TRANSIENT, CallStatus.NOT_RECORDED})
-# Parse code of a workflow whose conductor never answered (policy down after retries).
-NOT_RUN = "not_run"
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
-    """What one executed step produced; later steps read `subtask` and `response` from here."""
-
-    index: int
-    worker: str
-    subtask: str
-    response: str | None
-    status: CallStatus
-    recorded_correct: bool | None = None
-    graded: Grade | None = None  # set where the step was graded for its `calls` row; reused as the final grade
-
-
-@dataclass(frozen=True, slots=True)
-class _Lineage:
-    """What every row of one top-level workflow shares, nested workflows included."""
-
-    run_id: str
-    root_workflow_id: str
-    conductor_name: str
-    arm: str | None
-    sample: int
-    rollout: RolloutTag | None
-    record: bool = True
-
-
-@dataclass(slots=True)
-class _Execution:
-    """The running state of one (possibly nested) workflow execution."""
-
-    outcomes: list[StepOutcome] = field(default_factory=list)
-    infra_failure: bool = False
-    cost_usd: float = 0.0
-    latency_s: float | None = None  # None until some call reports one (replay records none)
-
-
-def add_latency(total: float | None, more: float | None) -> float | None:
-    """Sum latencies where known; unknown (None) stays unknown instead of reading as 0 s."""
-    if more is None:
-        return total
-    return more if total is None else total + more
 
 
 class RowWriter(Protocol):
@@ -121,15 +80,7 @@ class RowWriter(Protocol):
     def insert_tables(self, batches: Mapping[str, Iterable[Any]]) -> Mapping[str, int]: ...
 
 
-class CompletionScore(NamedTuple):
-    """What one scored conductor completion gave: the reward's inputs."""
-
-    parse_code: str
-    correct: bool | None
-    final_worker: str | None  # the real name of the worker whose answer is final; None if unparsed
-
-
-class Orchestrator:
+class Orchestrator(RecursiveSteps):
     """Runs workflows on a pool's workers through the governor and records them.
 
     `workers` maps seat names to Worker objects (every seat except `conductor` seats).
@@ -231,7 +182,7 @@ class Orchestrator:
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
         if conductor_output is not None:
             self._record_call(
-                _conductor_call_record(
+                conductor_call_record(
                     conductor_output, key=workflow_id, workflow_id=workflow_id, run_id=run_id, question=question,
                     conductor_name=conductor_name, depth=0, sample=repeat, pool=self.pool.name,
                 )
@@ -245,7 +196,7 @@ class Orchestrator:
                 workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
                 conductor=conductor_name, raw_text=raw_text, parse_code=exc.code, n_steps=0,
                 workers=[], final_answer=None, correct=False, cost_usd=0.0,
-                latency_s=conductor_latency, arm=arm, repeat=repeat, infra_failure=False, **_rollout_fields(rollout),
+                latency_s=conductor_latency, arm=arm, repeat=repeat, infra_failure=False, **rollout_fields(rollout),
                 catalogue=catalogue,
             )
             await self._record_workflow(record)
@@ -279,19 +230,19 @@ class Orchestrator:
         `catalogue`: the workers the conductor that wrote it was shown, in order (None: no conductor).
         """
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
-        lineage = _Lineage(run_id, workflow_id, conductor_name, arm, repeat, rollout)
+        lineage = Lineage(run_id, workflow_id, conductor_name, arm, repeat, rollout)
         state = await self._execute_steps(question, workflow, workflow_id=workflow_id, lineage=lineage, depth=0)
         if state.infra_failure:
             final_answer, correct = None, None
         else:
-            final_answer, correct = await _grade_final(state, question.answer, final_step)
+            final_answer, correct = await grade_final(state, question.answer, final_step)
         record = WorkflowRecord(
             workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
             conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
             n_steps=len(workflow.steps), workers=[s.worker for s in workflow.steps],
             final_answer=final_answer, correct=correct, cost_usd=state.cost_usd,
             latency_s=add_latency(state.latency_s, extra_latency_s), arm=arm, repeat=repeat,
-            infra_failure=state.infra_failure, **_rollout_fields(rollout),
+            infra_failure=state.infra_failure, **rollout_fields(rollout),
             catalogue=list(catalogue) if catalogue is not None else None,
         )
         await self._record_workflow(record)
@@ -337,11 +288,11 @@ class Orchestrator:
             return CompletionScore(exc.code, None, None)
         final_worker = workflow.steps[-1].worker
         workflow_id = stable_id("score", question.question_id, completion_text)
-        lineage = _Lineage("score", workflow_id, "score", None, 0, None, record=False)
+        lineage = Lineage("score", workflow_id, "score", None, 0, None, record=False)
         state = await self._execute_steps(question, workflow, workflow_id=workflow_id, lineage=lineage, depth=0)
         if state.infra_failure:
             return CompletionScore(PARSE_OK, None, final_worker)
-        _, correct = await _grade_final(state, question.answer)
+        _, correct = await grade_final(state, question.answer)
         return CompletionScore(PARSE_OK, correct, final_worker)
 
     async def flush(self) -> None:
@@ -365,12 +316,12 @@ class Orchestrator:
         workflow: Workflow,
         *,
         workflow_id: str,
-        lineage: _Lineage,
+        lineage: Lineage,
         depth: int,
-    ) -> _Execution:
+    ) -> Execution:
         """Run the steps in order; every call is keyed and recorded under `workflow_id`, the
         workflow it belongs to (a nested one's own id at depth > 0)."""
-        state = _Execution()
+        state = Execution()
         for index, step in enumerate(workflow.steps):
             messages = self._step_messages(question, state.outcomes, step)
             seat = self.pool.seat(step.worker)
@@ -395,7 +346,7 @@ class Orchestrator:
                     result.recorded_correct if result.recorded_correct is not None else graded.correct
                 )
                 self._record_call(
-                    _step_call_record(
+                    step_call_record(
                         result, key=workflow_id, workflow_id=workflow_id, run_id=lineage.run_id, question=question,
                         step=step, index=index, sample=lineage.sample, extracted=graded.extracted, correct=correct,
                         pool=self.pool.name, visible_steps=len(step.sees),
@@ -436,7 +387,7 @@ class Orchestrator:
     ) -> CallResult:
         worker = self.workers[seat.name]
         request = CallRequest(
-            question=question, messages=messages, sample=_sample_for(worker, sample),
+            question=question, messages=messages, sample=sample_for(worker, sample),
             temperature=seat.temperature, max_tokens=seat.max_tokens, visible_responses=visible_responses,
         )
         if seat.is_vote:  # no model is called: nothing to hold a slot or rate budget for
@@ -447,128 +398,6 @@ class Orchestrator:
                 lease.report_tokens((result.prompt_tokens or 0) + (result.completion_tokens or 0))
         return result
 
-    async def _recurse(
-        self,
-        question: Question,
-        parent: Workflow,
-        state: _Execution,
-        seat: WorkerSeat,
-        *,
-        workflow_id: str,
-        lineage: _Lineage,
-        depth: int,
-        index: int,
-    ) -> CallResult:
-        """Run the conductor as a step: a new workflow one level down, or pass the answer through.
-
-        Every reply of the conductor becomes a `workflows` row at `depth + 1` (a pass-through has
-        no steps; an unparseable reply has its parse code); reaching the cap asks nothing.
-        """
-        answer_so_far = state.outcomes[-1].response if state.outcomes else None
-        passed = CallResult(
-            status=CallStatus.OK if answer_so_far is not None else CallStatus.EMPTY,
-            response=answer_so_far, latency_s=0.0, cost_usd=0.0,
-            recorded_correct=state.outcomes[-1].recorded_correct if state.outcomes else None,
-        )
-        if depth >= self.max_depth:
-            passed.error = f"recursion depth cap {self.max_depth} reached: answer passed through"
-            return passed
-        assert self.conductor_policy is not None  # checked in __init__
-        inner_id = stable_id(workflow_id, "recursion", index)
-        inner = _InnerRow(
-            question=question, lineage=lineage, workflow_id=inner_id, parent_workflow_id=workflow_id,
-            parent_step=index, depth=depth + 1,
-        )
-        messages = build_recursion_prompt(
-            question, self.catalogue(), _render_parent(parent, self.displayed_names, self.worker_names),
-            answer_so_far, naming=self.naming, workers_see_question=self.include_question,
-            predicted_success=self.predicted_success(question) if self.predicted_success else None,
-        )
-        try:
-            async with self.governor.slot(seat.name, self.conductor_max_new_tokens):
-                (output,) = await self.conductor_policy.propose(
-                    messages, n=1, temperature=self.conductor_temperature,
-                    max_new_tokens=self.conductor_max_new_tokens, seed=recursion_seed(inner_id),
-                )
-        except PolicyError as exc:
-            error = f"conductor policy failed: {exc}"
-            await self._record_inner(inner, None, NOT_RUN, infra_failure=True)
-            return CallResult(status=CallStatus.TRANSIENT, error=error)
-        if lineage.record:
-            self._record_call(
-                _conductor_call_record(
-                    output, key=inner_id, workflow_id=inner_id, run_id=lineage.run_id, question=question,
-                    conductor_name=seat.name, depth=depth + 1, sample=lineage.sample, pool=self.pool.name,
-                )
-            )
-        try:
-            workflow = self.parse(output.text, allow_empty=True)
-        except WorkflowParseError as exc:
-            # The conductor failed at its own step: that is a scored failure of this step.
-            await self._record_inner(inner, output.text, exc.code, correct=False, latency_s=output.latency_s)
-            return CallResult(
-                status=CallStatus.TERMINAL, error=f"recursive workflow unparseable: {exc.code}",
-                latency_s=output.latency_s, cost_usd=0.0,
-            )
-        if not workflow.steps:
-            passed.latency_s = output.latency_s
-            passed.error = "conductor returned three empty lists: answer passed through"
-            if lineage.record:
-                final_answer, correct = await _grade_final(_Execution(outcomes=state.outcomes[-1:]), question.answer)
-                await self._record_inner(
-                    inner, output.text, PARSE_OK, final_answer=final_answer, correct=correct, latency_s=output.latency_s
-                )
-            return passed
-        inner_state = await self._execute_steps(question, workflow, workflow_id=inner_id, lineage=lineage, depth=depth + 1)
-        latency = add_latency(output.latency_s, inner_state.latency_s)
-        if lineage.record:
-            final_answer, correct = (None, None) if inner_state.infra_failure else await _grade_final(
-                inner_state, question.answer
-            )
-            await self._record_inner(
-                inner, output.text, PARSE_OK, workflow=workflow, final_answer=final_answer, correct=correct,
-                cost_usd=inner_state.cost_usd, latency_s=latency, infra_failure=inner_state.infra_failure,
-            )
-        last = inner_state.outcomes[-1] if inner_state.outcomes else None
-        status = CallStatus.TRANSIENT if inner_state.infra_failure else (
-            last.status if last is not None else CallStatus.EMPTY
-        )
-        return CallResult(
-            status=status, response=last.response if last is not None else None,
-            recorded_correct=last.recorded_correct if last is not None else None,
-            cost_usd=inner_state.cost_usd, latency_s=latency,
-            error="inner workflow hit an infrastructure failure" if inner_state.infra_failure else None,
-        )
-
-    async def _record_inner(
-        self,
-        inner: _InnerRow,
-        raw_text: str | None,
-        parse_code: str,
-        *,
-        workflow: Workflow | None = None,
-        final_answer: str | None = None,
-        correct: bool | None = None,
-        cost_usd: float = 0.0,
-        latency_s: float | None = None,
-        infra_failure: bool = False,
-    ) -> None:
-        """The `workflows` row of one reply of the conductor seat (nothing when not recording)."""
-        lineage = inner.lineage
-        if not lineage.record:
-            return
-        steps = workflow.steps if workflow is not None else ()
-        await self._record_workflow(
-            WorkflowRecord(
-                workflow_id=inner.workflow_id, run_id=lineage.run_id, question_id=inner.question.question_id,
-                conductor=lineage.conductor_name, raw_text=raw_text, parse_code=parse_code, n_steps=len(steps),
-                workers=[s.worker for s in steps], final_answer=final_answer, correct=correct, cost_usd=cost_usd,
-                latency_s=latency_s, arm=lineage.arm, repeat=lineage.sample, infra_failure=infra_failure,
-                parent_workflow_id=inner.parent_workflow_id, parent_step=inner.parent_step, depth=inner.depth,
-                root_workflow_id=lineage.root_workflow_id, **_rollout_fields(lineage.rollout),
-                catalogue=list(self.worker_names),  # the recursion prompt lists the whole pool
-            )
-        )
 
     def catalogue(self) -> list[CatalogueEntry]:
         """The pool's seats (real names, descriptions); the prompt builders apply the naming."""
@@ -593,122 +422,3 @@ class Orchestrator:
         assert self.warehouse is not None
         # One transaction: a workflow and its calls land together.
         self.warehouse.insert_tables({"calls": calls, "workflows": workflows})
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def workflow_key(run_id: str, arm: str | None, repeat: int, question_id: str, conductor_name: str) -> str:
-    """The workflow id: stable, so a rerun of the same run writes (and skips) the same keys."""
-    return stable_id("workflow", run_id, arm, repeat, question_id, conductor_name)
-
-
-def recursion_seed(inner_workflow_id: str) -> int:
-    """The sampling seed of the conductor's reply at a recursive step: fixed by where it is asked."""
-    return int(inner_workflow_id[:8], 16)
-
-
-@dataclass(frozen=True, slots=True)
-class _InnerRow:
-    """Where a nested workflow sits: its id, the step that called it and its depth."""
-
-    question: Question
-    lineage: _Lineage
-    workflow_id: str
-    parent_workflow_id: str
-    parent_step: int
-    depth: int
-
-
-def _rollout_fields(rollout: RolloutTag | None) -> dict[str, object]:
-    """The `workflows` columns of a training rollout (none for an evaluation workflow)."""
-    if rollout is None:
-        return {}
-    return {"phase": rollout.phase, "training_step": rollout.training_step, "rollout": rollout.rollout}
-
-
-def one_step_workflow(worker: str, question: Question) -> Workflow:
-    """The workflow of a solo arm or a router: one worker, the question itself as the subtask."""
-    return Workflow(steps=(Step(worker=worker, subtask=question.problem, sees=()),))
-
-
-def _sample_for(worker: Worker, repeat: int) -> int:
-    """The recorded sample a repeat replays; a one-recording source replays its only sample.
-
-    Live workers sample anew on every call whatever the index; replay seats hold a fixed number
-    of recordings, and asking past them would turn every later repeat into `not_recorded`.
-    """
-    if isinstance(worker, RecordedWorker) and worker.samples_recorded > 0:
-        return repeat % worker.samples_recorded
-    return repeat
-
-
-async def _grade_final(
-    state: _Execution, gold: str, final_step: Callable[[Sequence[StepOutcome]], int] | None = None
-) -> tuple[str | None, bool]:
-    """(extracted answer, correct) of the final step (the last, unless `final_step` picks one)."""
-    if final_step is not None and state.outcomes:
-        last = state.outcomes[await asyncio.to_thread(final_step, tuple(state.outcomes))]
-    else:
-        last = state.outcomes[-1] if state.outcomes else None
-    graded = last.graded if last is not None and last.graded is not None else None
-    if graded is None:  # not graded yet (nothing recorded, e.g. a GRPO rollout)
-        graded = await asyncio.to_thread(grade, last.response if last is not None else None, gold)
-    recorded = last.recorded_correct if last is not None else None
-    # Verdict-only replays (no text) carry the recorded verdict; use it as is.
-    return graded.extracted, recorded if recorded is not None else graded.correct
-
-
-def _render_parent(parent: Workflow, displayed: Sequence[str], real: Sequence[str]) -> Workflow:
-    """The parent workflow as the conductor wrote it: with the names it saw."""
-    shown = dict(zip(real, displayed, strict=True))
-    return Workflow(steps=tuple(Step(worker=shown[s.worker], subtask=s.subtask, sees=s.sees) for s in parent.steps))
-
-
-def _step_call_record(
-    result: CallResult,
-    *,
-    key: str,
-    workflow_id: str,
-    run_id: str,
-    question: Question,
-    step: Step,
-    index: int,
-    sample: int,
-    extracted: str | None,
-    correct: bool | None,
-    pool: str,
-    visible_steps: int,
-    cost_usd: float | None,
-) -> CallRecord:
-    return CallRecord(
-        call_id=stable_id("step", key, index), run_id=run_id, kind="step",
-        question_id=question.question_id, worker=step.worker, sample=sample, subtask=step.subtask,
-        response=result.response, extracted_answer=extracted, correct=correct, status=str(result.status),
-        error=result.error, prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-        cost_usd=cost_usd, latency_s=result.latency_s, started_at=result.started_at, pool=pool,
-        workflow_id=workflow_id, step=index, reasoning_tokens=result.reasoning_tokens,
-        tokens_estimated=result.tokens_estimated, finish_reason=result.finish_reason, attempts=result.attempts,
-        visible_steps=visible_steps,
-    )
-
-
-def _conductor_call_record(
-    output: PolicyOutput,
-    *,
-    key: str,
-    workflow_id: str,
-    run_id: str,
-    question: Question,
-    conductor_name: str,
-    depth: int,
-    sample: int,
-    pool: str,
-) -> CallRecord:
-    return CallRecord(
-        call_id=stable_id("conductor", key, depth), run_id=run_id, kind="conductor",
-        question_id=question.question_id, worker=conductor_name, sample=sample, subtask=None,
-        response=output.text, extracted_answer=None, correct=None, status=str(CallStatus.OK), error=None,
-        prompt_tokens=output.prompt_tokens, completion_tokens=output.completion_tokens, cost_usd=None,
-        latency_s=output.latency_s, started_at=None, pool=pool, workflow_id=workflow_id, step=None,
-    )

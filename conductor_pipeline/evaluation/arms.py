@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol
 
-from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow, workflow_key
-from conductor_pipeline.conductor.policies import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
+from conductor_pipeline.conductor.execution import one_step_workflow, workflow_key
+from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.prompt import build_conductor_prompt
+from conductor_pipeline.conductor.protocols import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.evaluation.routers import OracleRouter
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.vote import majority_step

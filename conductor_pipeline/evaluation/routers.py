@@ -25,7 +25,7 @@ from typing import ClassVar, Protocol
 import numpy as np
 import polars as pl
 
-from conductor_pipeline.conductor.orchestrator import one_step_workflow
+from conductor_pipeline.conductor.execution import one_step_workflow
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.splits import split_of, train_split_rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from conductor_pipeline.conductor.orchestrator import StepOutcome
+from conductor_pipeline.conductor.execution import StepOutcome
 from conductor_pipeline.grading import is_equivalent
 
 

@@ -25,28 +25,33 @@ import json
 import math
 import os
 import random
-import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from enum import StrEnum
+from pathlib import Path
 from types import TracebackType
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conductor_pipeline.paths import PROJECT_ROOT
+from conductor_pipeline.pools.backends.local_server import LocalServerProcess, free_port
 
 # The child process reads its configuration from this variable (JSON), so an expected API key
 # never appears on a command line that `ps` would show.
 CONFIG_ENV = "CORYPHAEUS_FAULT_SERVER_CONFIG"
-# The first stdout line of the child; the parent reads the bound port from it.
+# The first stdout line of the server, naming the port it bound (`--port 0` picks one; FaultServer
+# passes a free port and waits on /health instead, its stdout going to the log).
 READY_PREFIX = "FAULT_SERVER_LISTENING"
+# How often the parent asks /health while the child starts (it is up in well under a second), and
+# how long a stopping child gets after SIGTERM before SIGKILL.
+STARTUP_POLL_S = 0.02
+STOP_GRACE_S = 5.0
 # Headers plus body of one request; anything larger is not a chat call from our clients.
 MAX_HEAD_BYTES = 64 * 1024
 
@@ -402,13 +407,13 @@ class FaultServer:
         self.host = host
         self.port = port
         self.startup_timeout_s = startup_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
+        self._server: LocalServerProcess | None = None
         self._admin: httpx.Client | None = None
 
     @property
     def pid(self) -> int | None:
         """The server process id (benchmarks read its CPU time to tell client cost from server cost)."""
-        return self._process.pid if self._process is not None else None
+        return self._server.pid if self._server is not None else None
 
     @property
     def root_url(self) -> str:
@@ -422,25 +427,24 @@ class FaultServer:
     def __enter__(self) -> FaultServer:
         env = {**os.environ, CONFIG_ENV: self.config.model_dump_json()}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-        self._stderr = tempfile.TemporaryFile()
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "conductor_pipeline.fakes.fault_server", "--host", self.host, "--port",
-             str(self.port)],
-            stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+        port = self.port or free_port(self.host)
+        self._logs = tempfile.TemporaryDirectory(prefix="fault-server-")
+        # The project's one way to run a server process: its own session, a log file, /health, a sure stop.
+        self._server = LocalServerProcess(
+            [sys.executable, "-m", "conductor_pipeline.fakes.fault_server", "--host", self.host, "--port", str(port)],
+            name="fault-server", host=self.host, port=port, health_timeout_s=self.startup_timeout_s,
+            health_poll_s=STARTUP_POLL_S, stop_grace_s=STOP_GRACE_S, log_path=Path(self._logs.name) / "server.log",
+            env=env,
         )
-        self.port = self._read_ready_port()
+        try:
+            self._server.__enter__()
+        except BaseException:
+            self._logs.cleanup()
+            self._server = None
+            raise
+        self.port = port
         self._admin = httpx.Client(base_url=self.root_url, timeout=10.0)
         return self
-
-    def _read_ready_port(self) -> int:
-        assert self._process is not None and self._process.stdout is not None
-        ready, _, _ = select.select([self._process.stdout], [], [], self.startup_timeout_s)
-        line = self._process.stdout.readline().decode() if ready else ""
-        if not line.startswith(READY_PREFIX):
-            self.__exit__(None, None, None)
-            self._stderr.seek(0)
-            raise RuntimeError(f"fault server did not start: {line!r}; stderr: {self._stderr.read()[-2000:]!r}")
-        return int(line.split()[1])
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -448,17 +452,10 @@ class FaultServer:
         if self._admin is not None:
             self._admin.close()
             self._admin = None
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            if self._process.stdout is not None:
-                self._process.stdout.close()
-            self._process = None
-            self._stderr.close()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+            self._logs.cleanup()
 
     def _post(self, path: str, payload: dict) -> None:
         assert self._admin is not None, "use FaultServer as a context manager"

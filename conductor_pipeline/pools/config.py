@@ -190,6 +190,12 @@ class PoolConfig(BaseModel):
         and the workers of pass rates, ceilings, solo arms and routers."""
         return [w.name for w in self.workers if w.answers_alone]
 
+    @property
+    def vote_seat_names(self) -> list[str]:
+        """The vote seats: the warm start's fan-out targets, and the aggregators whose fan-out share
+        training curves report."""
+        return [w.name for w in self.workers if w.is_vote]
+
     def seat(self, name: str) -> WorkerSeat:
         for w in self.workers:
             if w.name == name:

@@ -16,8 +16,9 @@ from typing import Any
 
 import polars as pl
 
-from conductor_pipeline.conductor.policies import AUTO_DEVICE, HFLocalPolicy
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
 from conductor_pipeline.conductor.prompt import Naming
+from conductor_pipeline.devices import AUTO_DEVICE
 from conductor_pipeline.files import read_json_checked, write_json_atomic, write_parquet_atomic
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.probing.contested import (

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from conductor_pipeline.conductor.orchestrator import DEFAULT_MAX_DEPTH, Orchestrator
-from conductor_pipeline.conductor.policies import AUTO_DEVICE, ConductorPolicy, HFLocalPolicy, PolicyOutput
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
+from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.prompt import (
     Naming,
     build_conductor_prompt,
@@ -19,6 +19,9 @@ from conductor_pipeline.conductor.prompt import (
     default_examples,
     displayed_worker_names,
 )
+from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyOutput
+from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
+from conductor_pipeline.devices import AUTO_DEVICE
 from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig
 from conductor_pipeline.pools.governor import Governor

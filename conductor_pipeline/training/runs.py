@@ -16,6 +16,8 @@ from pathlib import Path
 import polars as pl
 from tabulate import tabulate
 
+from conductor_pipeline.conductor.hf_policy import policy_fingerprint
+from conductor_pipeline.records import stable_id
 from conductor_pipeline.training.dataset import TrainingSet
 from conductor_pipeline.training.grpo import TrainingOutcome, checkpoint_step, last_checkpoint, train_grpo
 from conductor_pipeline.training.reward import INFRASTRUCTURE, make_conductor_reward
@@ -302,3 +304,52 @@ def run_pool_grpo(
         )
     finally:
         executor.write_rows()  # the rollouts since the last checkpoint
+
+
+# Settings that say how long a run is and how often it saves, not what it learns: left out of its key.
+RUN_LENGTH_SETTINGS = ("max_steps", "save_steps", "save_total_limit")
+
+
+def policy_name(model: Path | str) -> str:
+    """A policy as `workflows.conductor` names it: its folder (or hub id) name."""
+    return f"policy:{Path(str(model)).name}"
+
+
+def grpo_run_key(
+    settings: GRPOSettings, training: TrainingSet, start_policy: Path | str, *, naming: str, n_examples: int,
+    contested_subpools: bool,
+) -> str:
+    """What a GRPO run is made of: its settings but its length (a longer run of the same recipe
+    continues the shorter one), how its prompts show the pool, the pool file, the questions it
+    trains on and the weights it starts from. A run keyed the same resumes; any other starts afresh."""
+    recipe = {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS}
+    return stable_id(
+        recipe, naming, n_examples, contested_subpools, training.pruning,
+        training.predicted_success,
+        training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
+        policy_fingerprint(start_policy),
+    )[:16]
+
+
+def balance_markdown(balance: Mapping) -> str:
+    """The warm start's choices against uniform picks within each catalogue, by position and by worker."""
+    lines = [f"Parsed parse-check samples: {balance['rollouts']}. Observed (expected with no preference):"]
+    for part in ("by_position", "by_worker"):
+        test = balance[part]
+        cells = ", ".join(f"{k}: {test['observed'][k]} ({test['expected'][k]})" for k in test["observed"])
+        p = "n/a" if test["p_value"] is None else f"{test['p_value']:.3f}"
+        lines.append(f"- {part.replace('_', ' ')}: {cells}; chi-square p = {p}")
+    return "\n".join(lines)
+
+
+def rollout_summary(telemetry: RunTelemetry) -> str:
+    """Parse failures and reward over all of a run's rollouts, and first half against second half."""
+    codes = parse_code_totals(telemetry.steps["parse_codes"].to_list())
+    overall = f"Parse failures over all {sum(codes.values())} rollouts: {format_metric(parse_fail_rate(codes))}"
+    if telemetry.halves is None:
+        return overall + "."
+    first, second = telemetry.halves
+    return (
+        f"{overall} (first half {format_metric(first.parse_fail_rate)}, second half {format_metric(second.parse_fail_rate)}); "
+        f"mean reward {format_metric(first.reward_mean)} -> {format_metric(second.reward_mean)}."
+    )

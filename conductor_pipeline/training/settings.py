@@ -20,6 +20,12 @@ def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
+def _knob(text: str, **bounds: float) -> dict[str, Any]:
+    """Metadata of a knob a configuration may override (the trainer resource exposes it under the
+    same name and help text), with the bounds a configured value must keep (pydantic's ge/gt)."""
+    return {"help": text, "override": bounds}
+
+
 TINY_POLICY = "tiny"  # the offline model from conductor_pipeline.training.tiny_models (CPU profile)
 # The pretrained instruct model of the cpu-smollm2 profile (conductor_pipeline.training.pretrained).
 SMOLLM2_POLICY = "smollm2-135m-instruct"
@@ -46,14 +52,14 @@ _SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
 class LoraSettings:
     """Low-rank adapters (peft) instead of full fine-tuning; rank 0 (the default) trains every weight."""
 
-    rank: int = field(default=0, metadata=_help(
+    rank: int = field(default=0, metadata=_knob(
         f"LoRA rank; 0 trains every weight (full fine-tuning). Empty: the profile's (gpu: rank {GPU_LORA_RANK} "
         f"for policies of {GPU_LORA_MIN_BILLIONS:g}B parameters or more by their model id, else 0). The warm "
         "start merges its adapters into a plain model folder; GRPO checkpoints hold adapters over the model "
-        "GRPO started from."))
-    alpha: int = field(default=32, metadata=_help("LoRA scaling alpha (the update is scaled by alpha / rank)."))
+        "GRPO started from.", ge=0))
+    alpha: int = field(default=32, metadata=_knob("LoRA scaling alpha (the update is scaled by alpha / rank).", ge=1))
     dropout: float = field(default=0.0, metadata=_help("Dropout on the adapters' input."))
-    target_modules: str = field(default="all-linear", metadata=_help(
+    target_modules: str = field(default="all-linear", metadata=_knob(
         "Modules that get adapters: 'all-linear' (every linear layer but the output head) or a comma-separated list."))
 
     def to_peft_config(self):
@@ -94,33 +100,34 @@ class GRPOSettings:
 
     policy_model: str = field(default=PAPER_POLICY, metadata=_help(
         "Policy to train: a hub id / local path, or 'tiny' for the offline CPU model."))
-    num_generations: int = field(default=64, metadata=_help(
-        "Group size: rollouts sampled per question (paper 64). Small groups are more often all-equal."))
-    questions_per_step: int = field(default=4, metadata=_help(
-        "Distinct questions per optimizer step (paper 4); a step sees questions_per_step x num_generations rollouts."))
-    max_steps: int = field(default=200, metadata=_help("Optimizer steps, the paper's 'iterations' (200)."))
-    learning_rate: float = field(default=1e-6, metadata=_help("AdamW learning rate (paper 1e-6)."))
+    num_generations: int = field(default=64, metadata=_knob(
+        "Group size: rollouts sampled per question (paper 64). Small groups are more often all-equal.", ge=2))
+    questions_per_step: int = field(default=4, metadata=_knob(
+        "Distinct questions per optimizer step (paper 4); a step sees questions_per_step x num_generations rollouts.",
+        ge=1))
+    max_steps: int = field(default=200, metadata=_knob("Optimizer steps, the paper's 'iterations' (200).", ge=1))
+    learning_rate: float = field(default=1e-6, metadata=_knob("AdamW learning rate (paper 1e-6).", gt=0))
     temperature: float = field(default=1.0, metadata=_help("Rollout sampling temperature (paper 1.0)."))
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling for rollouts; 1.0 = plain temperature sampling."))
-    max_completion_length: int = field(default=1024, metadata=_help(
-        "Token cap on a sampled workflow (reasoning + lists); truncated rollouts usually fail to parse."))
+    max_completion_length: int = field(default=1024, metadata=_knob(
+        "Token cap on a sampled workflow (reasoning + lists); truncated rollouts usually fail to parse.", ge=8))
     beta: float = field(default=0.0, metadata=_help("KL coefficient to the reference policy (paper: no KL, 0.0)."))
     loss_type: str = field(default="grpo", metadata=_help(
         "TRL loss aggregation: 'grpo' (per-sequence mean, the paper's GRPO) or 'dapo'/'dr_grpo'/... (TRL default dapo)."))
     scale_rewards: str = field(default="group", metadata=_help(
         "Advantage scaling: 'group' (standard GRPO), 'batch', or 'none' (Dr. GRPO)."))
     num_iterations: int = field(default=1, metadata=_help("Policy updates per generation batch (GRPO's mu)."))
-    save_steps: int = field(default=10, metadata=_help(
-        "Checkpoint every N steps (10: a killed run loses at most 10 steps); a rerun resumes from the latest."))
+    save_steps: int = field(default=10, metadata=_knob(
+        "Checkpoint every N steps (10: a killed run loses at most 10 steps); a rerun resumes from the latest.", ge=1))
     save_total_limit: int | None = field(default=None, metadata=_help("Keep at most this many checkpoints; None keeps all."))
-    reward_variant: RewardVariant = field(default="paper", metadata=_help(
+    reward_variant: RewardVariant = field(default="paper", metadata=_knob(
         "'paper': 0 unparseable / 0.5 parsed but wrong / 1 correct; 'strict': 0 / 0 / 1."))
-    cost_weight: float = field(default=0.0, metadata=_help(
-        "Reward penalty per USD of worker cost; 0 keeps cost out of the reward (the paper)."))
-    world_model_bonus_weight: float = field(default=0.0, metadata=_help(
+    cost_weight: float = field(default=0.0, metadata=_knob(
+        "Reward penalty per USD of worker cost; 0 keeps cost out of the reward (the paper).", ge=0))
+    world_model_bonus_weight: float = field(default=0.0, metadata=_knob(
         "Reward bonus weight * max(0, correct - W's P(success) of the final worker); 0 (off) by default. "
-        "The last and most careful use of W (see `routing_bonus`); needs the pool's world model."))
-    randomize_pools: bool = field(default=True, metadata=_help(
+        "The last and most careful use of W (see `routing_bonus`); needs the pool's world model.", ge=0))
+    randomize_pools: bool = field(default=True, metadata=_knob(
         "Show each training question a random subset of the pool (the paper's randomised pools)."))
     min_pool_size: int = field(default=2, metadata=_help("Smallest random pool subset shown to the policy."))
     per_device_train_batch_size: int = field(default=8, metadata=_help(
@@ -130,11 +137,11 @@ class GRPOSettings:
     gradient_checkpointing: bool = field(default=True, metadata=_help("Trade compute for memory (large models)."))
     bf16: bool = field(default=True, metadata=_help("bfloat16 mixed precision (GPU); off on CPU."))
     use_vllm: bool = field(default=False, metadata=_help("Generate rollouts with vLLM instead of transformers."))
-    vllm_mode: Literal["colocate", "server"] = field(default="colocate", metadata=_help(
+    vllm_mode: Literal["colocate", "server"] = field(default="colocate", metadata=_knob(
         "'colocate': vLLM shares the training GPU; 'server': a separate `trl vllm-serve` process."))
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata=_help(
         "Colocate mode: GPU memory share vLLM may take; the rest trains the policy."))
-    vllm_server_base_url: str | None = field(default=None, metadata=_help(
+    vllm_server_base_url: str | None = field(default=None, metadata=_knob(
         "Server mode: base URL of `trl vllm-serve` (e.g. http://127.0.0.1:8000)."))
     use_cpu: bool = field(default=False, metadata=_help("Train on CPU even when a GPU is visible (CPU profile)."))
     share_prompt_prefix: bool = field(default=False, metadata=_help(
@@ -307,8 +314,8 @@ class GRPOSettings:
 class SFTSettings:
     """Supervised warm start: teach the policy the workflow format before GRPO."""
 
-    learning_rate: float = field(default=1e-5, metadata=_help("AdamW learning rate."))
-    max_steps: int = field(default=200, metadata=_help("Optimizer steps (-1: use num_train_epochs)."))
+    learning_rate: float = field(default=1e-5, metadata=_knob("AdamW learning rate.", gt=0))
+    max_steps: int = field(default=200, metadata=_knob("Optimizer steps (-1: use num_train_epochs).", ge=1))
     num_train_epochs: float = field(default=1.0, metadata=_help("Epochs when max_steps is -1."))
     per_device_train_batch_size: int = field(default=8, metadata=_help("Examples per micro-batch."))
     gradient_accumulation_steps: int = field(default=1, metadata=_help("Micro-batches per optimizer step."))
@@ -392,6 +399,11 @@ class SFTSettings:
     def peft_config(self):
         """The LoRA config the warm start wraps the policy in; None for full fine-tuning."""
         return self.lora.to_peft_config()
+
+
+def overridable_knobs(settings_class: type) -> dict[str, dict[str, float]]:
+    """Field name -> bounds of the knobs a configuration may override (declared with `_knob`)."""
+    return {f.name: dict(f.metadata["override"]) for f in fields(settings_class) if "override" in f.metadata}
 
 
 def settings_help(settings_class: type) -> dict[str, str]:

@@ -53,6 +53,13 @@ class RowBuffer:
         self._held: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
 
+    def __enter__(self) -> RowBuffer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Everything held is written when the block ends, however it ends (a step's rollouts)."""
+        self.flush()
+
     def insert(self, table: str, rows: Iterable[Any]) -> int:
         return self.insert_tables({table: rows})[table]
 

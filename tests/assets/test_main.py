@@ -9,9 +9,9 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.error import SerializableErrorInfo
 
+from assets.dagster_internals import StaleStatus, stale_status_resolver
 from assets.definitions import MAIN_JOBS, build_definitions
 from assets.main import (
     HEADLINES,
@@ -20,7 +20,6 @@ from assets.main import (
     print_headlines,
     raised_by_the_step,
     run_main_jobs,
-    stale_status_resolver,
 )
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags

@@ -7,7 +7,9 @@ import asyncio
 import pytest
 
 import resources.conductor as conductor_module
-from conductor_pipeline.conductor.policies import HFLocalPolicy, OpenAIEndpointPolicy, PolicyError
+from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
+from conductor_pipeline.conductor.protocols import PolicyError
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from resources.conductor import TINY_MAX_NEW_TOKENS, ConductorPolicyResource
 

@@ -126,3 +126,13 @@ def test_the_trainer_profile_comes_from_the_environment_unless_configured(monkey
     assert TrainerResource(profile="cpu").grpo_settings() == GRPOSettings.cpu_profile()
     monkeypatch.delenv("CORYPHAEUS_TRAINER_PROFILE")
     assert TrainerResource().profile == "cpu"
+
+
+def test_the_overrides_keep_the_librarys_bounds():
+    # Derived from the knobs GRPOSettings / SFTSettings / LoraSettings declare overridable.
+    for bad in ({"num_generations": 1}, {"learning_rate": 0.0}, {"max_completion_length": 7}, {"lora_alpha": 0}):
+        with pytest.raises(ValueError):
+            TrainerResource(**bad)
+    with pytest.raises(ValueError):
+        SFTOverrides(max_steps=0)
+    assert TrainerResource().reward_variant == GRPOSettings().reward_variant  # Literal knobs: the library's default

@@ -10,20 +10,20 @@ from pathlib import Path
 
 from conductor_pipeline.paths import PROJECT_ROOT
 
-SCRIPT = PROJECT_ROOT / "scripts" / "gpu_smoke.py"
+MODULE = "scripts.gpu_smoke"  # run as a module from the repository root: `python -m scripts.gpu_smoke`
 # In the project's environment, absent on the GPU machine, and not carried: importing one fails there.
 ABSENT_ON_THE_GPU_MACHINE = ("dagster", "dagster_duckdb", "duckdb", "polars", "lightgbm", "math_verify", "vllm")
 RUN_WITHOUT_THEM = (
     "import runpy, sys; sys.modules.update(dict.fromkeys({absent!r})); sys.argv = {argv!r}; "
-    "runpy.run_path({script!r}, run_name='__main__')"
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
 )
 
 
 def test_cpu_dry_run_trains_without_the_modules_the_gpu_machine_lacks(tmp_path: Path) -> None:
     report = tmp_path / "out" / "gpu_smoke.json"
-    argv = [str(SCRIPT), "--cpu-dry-run", "--workdir", str(tmp_path / "work"), "--report", str(report)]
-    code = RUN_WITHOUT_THEM.format(absent=ABSENT_ON_THE_GPU_MACHINE, argv=argv, script=str(SCRIPT))
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    argv = [MODULE, "--cpu-dry-run", "--workdir", str(tmp_path / "work"), "--report", str(report)]
+    code = RUN_WITHOUT_THEM.format(absent=ABSENT_ON_THE_GPU_MACHINE, argv=argv, module=MODULE)
+    run = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(report.read_text())
     assert result["mode"] == "cpu-dry-run" and result["sft"]["steps"] == 1 and result["prompt_tokens"] > 100

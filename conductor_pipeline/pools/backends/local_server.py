@@ -81,6 +81,11 @@ class LocalServerProcess:
         return f"{self.root_url}/v1"
 
     @property
+    def pid(self) -> int | None:
+        """The server process id while it runs (started and not yet stopped)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import OpenAIEndpointPolicy
 from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
 from conductor_pipeline.fakes.fault_server import FaultServer
 from conductor_pipeline.pools.backends.registry import build_workers

@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from conductor_pipeline.conductor.orchestrator import Orchestrator, one_step_workflow
-from conductor_pipeline.conductor.policies import PolicyOutput
+from conductor_pipeline.conductor.execution import one_step_workflow
+from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.conductor.protocols import PolicyOutput
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import CallStatus, Question, stable_id
 from conductor_pipeline.warehouse import Warehouse
@@ -250,7 +251,7 @@ def test_score_completion_maps_a_shown_subset_of_the_pool_back_to_real_names():
 
 def test_unknown_latency_stays_unknown():
     """Replay records no latency: a workflow of such steps has latency None, not 0 s."""
-    from conductor_pipeline.conductor.orchestrator import add_latency
+    from conductor_pipeline.conductor.execution import add_latency
 
     assert add_latency(None, None) is None
     assert add_latency(None, 1.5) == 1.5

@@ -9,13 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conductor_pipeline.conductor.policies import (
-    ConductorPolicy,
-    HFLocalPolicy,
-    OpenAIEndpointPolicy,
-    PolicyError,
-    resolve_device,
-)
+from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
+from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyError
+from conductor_pipeline.devices import resolve_device
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
 MESSAGES = [{"role": "user", "content": "Route this question: what is 2 + 2?"}]

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import OpenAIEndpointPolicy
 from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import PolicyError, PolicyOutput
+from conductor_pipeline.conductor.protocols import PolicyError, PolicyOutput
 from conductor_pipeline.evaluation.arms import ConductorArm, OracleArm, RouterArm, SoloArm, run_arm
 from conductor_pipeline.evaluation.frames import (
     arm_table,

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import polars as pl
 import pytest
 
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import BatchingPolicy, HFLocalPolicy, PolicyOutput
+from conductor_pipeline.conductor.protocols import BatchingPolicy, PolicyOutput
 from conductor_pipeline.evaluation.arms import ConductorArm, EvalRunSummary, run_arm
 from conductor_pipeline.evaluation.eval_tables import build_eval_tables
 from conductor_pipeline.evaluation.lineup import ArmLineup, eval_lineup, run_lineup

@@ -18,8 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.policies import HFLocalPolicy, OpenAIEndpointPolicy
 from conductor_pipeline.conductor.prompt import displayed_worker_names
 from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
 from conductor_pipeline.paths import ARTIFACTS_DIR

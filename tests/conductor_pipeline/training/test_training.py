@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from conductor_pipeline.conductor.policies import HFLocalPolicy
+from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
 from conductor_pipeline.training.grpo import train_grpo
 from conductor_pipeline.training.reward import (
     REWARD_FUNC_NAME,
@@ -389,7 +389,7 @@ def test_lora_warm_start_is_merged_and_grpo_checkpoints_hold_adapters(tiny_model
 
 
 def test_parse_checks_and_the_frozen_conductor_load_the_policy_on_the_device_given(monkeypatch, tiny_model):
-    from conductor_pipeline.conductor.policies import HFLocalPolicy
+    from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
     from conductor_pipeline.pools.config import load_pool
     from conductor_pipeline.training import rollouts
 

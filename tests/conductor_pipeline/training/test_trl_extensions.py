@@ -116,6 +116,7 @@ def test_this_trl_is_the_release_the_extensions_were_written_for_and_another_is_
 
     check_trl_version()
     assert callable(getattr(trl_utils, "_use_triton", None)), "TRL's per-call LM-head hook is gone"
+    assert list(inspect.signature(trl_utils._use_triton).parameters) == ["device"], "labelled_positions_only's hook"
     assert "rollout_func" in inspect.signature(trl.GRPOTrainer.__init__).parameters
     assert list(inspect.signature(trl.GRPOTrainer._get_per_token_logps_and_entropies).parameters)[:7] == [
         "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",

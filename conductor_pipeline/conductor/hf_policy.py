@@ -1,131 +1,27 @@
-"""Conductor policies: whatever turns a conductor prompt into workflow text.
-
-Two kinds share one async interface so the orchestrator and the eval arms never care which runs:
-a local Hugging Face causal LM (the tiny CPU model, or a training checkpoint on a GPU), and any
-OpenAI-compatible chat endpoint (a prompted conductor on vLLM, `transformers serve`, a hosted
-provider). Model output is untrusted text: policies return it verbatim, the parser judges it.
+"""The local conductor policy: a Hugging Face causal LM (the tiny CPU model, or a training checkpoint
+on a GPU), sampled through the prefix-sharing generation of `conductor.generation`; and a local
+model's identity by its weights (`model_digest`, `policy_fingerprint`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
-
-import httpx
+from typing import Any
 
 from conductor_pipeline.conductor.generation import GreedyChooser, SeededGumbelSampler, WarpedSampler, sample_rows
+from conductor_pipeline.conductor.protocols import PolicyOutput
 from conductor_pipeline.corpora.sources import sha256_of
-from conductor_pipeline.pools.backends.openai_compat import TRANSIENT_HTTP_STATUSES
+from conductor_pipeline.devices import AUTO_DEVICE, cuda_index, resolve_device
 from conductor_pipeline.records import stable_id
 
-# Transient endpoint faults (rate limits, overload, restarts) are retried this many times with
-# exponential backoff before the policy gives up; the caller then records an infrastructure failure.
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_BACKOFF_S = 1.0
-# Long enough for a 7B model to write a 1k-token workflow on a busy shared server.
-DEFAULT_TIMEOUT_S = 120.0
 # Padded (prompt + completion) tokens one batched `generate` may hold: the key-value cache grows
 # with it. 32k tokens is ~0.4 GiB of cache for a 0.5B model and ~2 GiB for a 7B one in bf16.
 DEFAULT_MAX_BATCH_TOKENS = 32_768
-
-# --- where a local model runs --------------------------------------------------------------------
-
-AUTO_DEVICE = "auto"
-# What a device setting may say: `auto` (a GPU when torch sees one, else the CPU), `cpu`, `cuda`
-# (the current GPU) or `cuda:N`.
-DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-DEVICE_HELP = (
-    "Where local models run: 'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda' or 'cuda:N'"
-)
-
-
-def resolve_device(device: str = AUTO_DEVICE) -> str:
-    """The torch device a setting names: `auto` becomes `cuda` when torch sees a GPU and `cpu`
-    otherwise; `cpu`, `cuda` and `cuda:N` are kept as written (a configuration may be built on a
-    machine other than the one that runs it)."""
-    if not DEVICE_PATTERN.fullmatch(device):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if device != AUTO_DEVICE:
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def select_cuda_device(device: str) -> None:
-    """Make `cuda:N` the current GPU, so code that places tensors on plain `cuda` (a trainer under
-    accelerate, one process) uses it; nothing for `cpu` or `cuda`."""
-    if device.startswith("cuda:"):
-        import torch
-
-        torch.cuda.set_device(int(device.split(":", 1)[1]))
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyOutput:
-    """One sampled completion and what it cost.
-
-    `latency_s` is the wall time of the request or batch that produced it (n samples produced
-    together share it); None when the sampler did not time it (a trainer's batched rollouts).
-    `tokens_estimated` is set when an endpoint returned one usage block for several samples and
-    the per-sample split is proportional to text length.
-    """
-
-    text: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_s: float | None
-    finish_reason: str | None = None
-    tokens_estimated: bool = False
-
-
-@runtime_checkable
-class ConductorPolicy(Protocol):
-    """Anything that samples `n` workflow texts for one conductor prompt (chat messages)."""
-
-    name: str
-
-    async def propose(
-        self,
-        messages: list[dict],
-        *,
-        n: int = 1,
-        temperature: float,
-        max_new_tokens: int,
-        seed: int | None = None,
-    ) -> list[PolicyOutput]: ...
-
-    async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class BatchingPolicy(ConductorPolicy, Protocol):
-    """A policy that answers many prompts at once (one sample each, each with its own seed):
-    evaluation hands it a whole group of questions instead of one prompt at a time."""
-
-    async def propose_batch(
-        self,
-        prompts: Sequence[list[dict]],
-        *,
-        temperature: float,
-        max_new_tokens: int,
-        seeds: Sequence[int],
-    ) -> list[PolicyOutput]: ...
-
-
-class PolicyError(RuntimeError):
-    """The policy could not produce outputs (endpoint down after retries, bad response shape).
-
-    Callers treat it as an infrastructure failure, never as an unparseable workflow.
-    """
 
 
 # The files of a model folder that decide its outputs (weights and architecture), not training state.
@@ -337,7 +233,7 @@ def _seeded_rng(seed: int | None, device: str) -> Iterator[None]:
         return
     import torch
 
-    index = torch.device(device).index if device.startswith("cuda") else None
+    index = cuda_index(device)
     devices = [torch.cuda.current_device() if index is None else index] if device.startswith("cuda") else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -348,142 +244,3 @@ def _as_list(value: int | list[int] | None) -> list[int]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-class OpenAIEndpointPolicy:
-    """A prompted conductor behind any OpenAI-compatible `/chat/completions` endpoint.
-
-    Asks for all n samples in one request; servers that ignore `n` (some do) are topped up with
-    single-sample requests, so callers always get exactly n outputs. The API key is read from the
-    environment variable named by `api_key_env` at construction and never logged.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key_env: str | None = None,
-        *,
-        name: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        backoff_s: float = DEFAULT_BACKOFF_S,
-        extra_body: dict[str, Any] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ):
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.name = name or f"openai:{model}"
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.extra_body = dict(extra_body or {})
-        headers = {}
-        if api_key_env is not None:
-            api_key = os.environ.get(api_key_env)
-            if not api_key:
-                raise PolicyError(f"environment variable {api_key_env} is not set")
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport
-        )
-
-    async def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        last_error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-            started = time.perf_counter()
-            try:
-                response = await self._client.post("/chat/completions", json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as error:
-                last_error = type(error).__name__
-                continue
-            latency = time.perf_counter() - started
-            if response.status_code in TRANSIENT_HTTP_STATUSES:
-                last_error = f"HTTP {response.status_code}"
-                continue
-            if response.status_code >= 400:
-                raise PolicyError(f"HTTP {response.status_code}: {response.text[:300]}")
-            try:
-                return response.json(), latency
-            except ValueError as error:
-                raise PolicyError("endpoint returned a non-JSON body") from error
-        raise PolicyError(f"endpoint failed after {self.max_retries + 1} attempts: {last_error}")
-
-    async def _request(
-        self,
-        messages: list[dict],
-        n: int,
-        temperature: float,
-        max_new_tokens: int,
-        seed: int | None,
-    ) -> list[PolicyOutput]:
-        body: dict[str, Any] = {
-            **self.extra_body,
-            "model": self.model,
-            "messages": messages,
-            "temperature": temperature,
-            "max_tokens": max_new_tokens,
-        }
-        if n > 1:
-            body["n"] = n
-        if seed is not None:
-            body["seed"] = seed
-        payload, latency = await self._post(body)
-        try:
-            choices = payload["choices"]
-            texts = [(c["message"].get("content") or "", c.get("finish_reason")) for c in choices]
-        except (KeyError, TypeError, AttributeError) as error:
-            raise PolicyError("response has no choices[].message") from error
-        usage = payload.get("usage") or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        total_completion = usage.get("completion_tokens")
-        total_chars = sum(len(text) for text, _ in texts) or 1
-        outputs = []
-        for text, finish in texts:
-            if total_completion is None:
-                completion = None
-            elif len(texts) == 1:
-                completion = int(total_completion)
-            else:
-                completion = round(total_completion * len(text) / total_chars)
-            outputs.append(
-                PolicyOutput(
-                    text=text,
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion,
-                    latency_s=latency,
-                    finish_reason=finish,
-                    tokens_estimated=len(texts) > 1,
-                )
-            )
-        return outputs
-
-    async def propose(
-        self,
-        messages: list[dict],
-        *,
-        n: int = 1,
-        temperature: float,
-        max_new_tokens: int,
-        seed: int | None = None,
-    ) -> list[PolicyOutput]:
-        if n < 1:
-            raise ValueError("n must be at least 1")
-        outputs = await self._request(messages, n, temperature, max_new_tokens, seed)
-        missing = n - len(outputs)
-        if missing > 0:
-            # Distinct seeds, so a seeded top-up does not return the same sample again.
-            top_ups = await asyncio.gather(
-                *(
-                    self._request(
-                        messages, 1, temperature, max_new_tokens, None if seed is None else seed + i
-                    )
-                    for i in range(1, missing + 1)
-                )
-            )
-            outputs.extend(output for batch in top_ups for output in batch)
-        return outputs[:n]
-
-    async def aclose(self) -> None:
-        await self._client.aclose()

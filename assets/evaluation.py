@@ -37,10 +37,10 @@ from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
-from conductor_pipeline.evaluation.costs import RoutingPredictions
+from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
-from conductor_pipeline.evaluation.results import OtherFigures, build_eval_tables
 from conductor_pipeline.evaluation.routers import choose_best_single
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.slices import (
     DEFAULT_SLICE_SIZE,
     assert_no_leak,
@@ -57,8 +57,8 @@ from conductor_pipeline.records import stable_id
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.hooks import prompt_predictor
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
+from conductor_pipeline.world_model.prompts_and_pruning import prompt_predictor
 from resources.conductor import TRAINED_PROMPT_FIELDS, ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource

@@ -27,6 +27,11 @@ from assets.metadata import stage
 from conductor_pipeline.files import write_parquet_atomic, write_text_atomic
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.probing.pool_search import PoolSearchError, PoolSearchSettings, search_pools
+from conductor_pipeline.probing.pool_search_report import (
+    search_table_markdown,
+    subject_tables_markdown,
+    verdict_lines,
+)
 from conductor_pipeline.probing.recorded_outcomes import RecordedOutcomesError, recorded_sample_outcomes
 from conductor_pipeline.probing.runner import select_questions
 from conductor_pipeline.splits import split_fingerprint
@@ -123,10 +128,10 @@ def pool_search(
     report_path = out_dir / f"{searched_pool.name}-search.md"
     write_text_atomic(
         report_path,
-        "# Pool search\n\n" + "\n".join(f"- {line}" for line in report.verdicts) + "\n\n" + report.to_markdown()
-        + "\n## Who wins where (eval split)\n\n" + report.subject_markdown()
+        "# Pool search\n\n" + "\n".join(f"- {line}" for line in verdict_lines(report)) + "\n\n" + search_table_markdown(report)
+        + "\n## Who wins where (eval split)\n\n" + subject_tables_markdown(report)
     )
-    for line in report.verdicts:
+    for line in verdict_lines(report):
         context.log.info(line)
     best = report.best_out_of_sample
     metadata = {
@@ -140,9 +145,9 @@ def pool_search(
         "train_questions": dg.MetadataValue.int(report.n_train),
         "eval_questions": dg.MetadataValue.int(report.n_eval),
         "split_fingerprint": dg.MetadataValue.text(split_fingerprint()),
-        "verdict": dg.MetadataValue.md("\n".join(f"- {line}" for line in report.verdicts)),
-        "search_table": dg.MetadataValue.md(report.to_markdown()),
-        "subject_tables": dg.MetadataValue.md(report.subject_markdown()),
+        "verdict": dg.MetadataValue.md("\n".join(f"- {line}" for line in verdict_lines(report))),
+        "search_table": dg.MetadataValue.md(search_table_markdown(report)),
+        "subject_tables": dg.MetadataValue.md(subject_tables_markdown(report)),
         "table_path": dg.MetadataValue.path(str(table_path)),
         "report_path": dg.MetadataValue.path(str(report_path)),
     }

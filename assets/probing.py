@@ -19,10 +19,10 @@ from assets.versions import probe_calls_data_version
 from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
 from conductor_pipeline.grading.regrade import StaleGradesError
-from conductor_pipeline.plots import pass_rate_plot
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.probing.ceilings import pool_ceilings, whole_pool_row, widest_null_pool_row
 from conductor_pipeline.probing.pass_rates import pass_rate_table, worker_summary
+from conductor_pipeline.probing.plots import pass_rate_plot
 from conductor_pipeline.probing.reports import (
     accuracy_markdown,
     ceilings_markdown,

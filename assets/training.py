@@ -38,8 +38,7 @@ from assets.world_model import world_model_path
 from conductor_pipeline.conductor.hf_policy import policy_fingerprint
 from conductor_pipeline.conductor.prompt import write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
-from conductor_pipeline.plots import sft_loss_png
-from conductor_pipeline.probing.calibration import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
+from conductor_pipeline.probing.contested import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_fingerprint
 from conductor_pipeline.training.dataset import (
@@ -64,6 +63,7 @@ from conductor_pipeline.training.gates import (
     write_verdict,
 )
 from conductor_pipeline.training.grpo import remove_checkpoints
+from conductor_pipeline.training.plots import sft_loss_png
 from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor, parse_check
 from conductor_pipeline.training.runs import (
     balance_markdown,
@@ -199,7 +199,7 @@ def _repeatable_run_id(
 
 
 class ContestedConfig(dg.Config):
-    """The contested-set rule (conductor_pipeline.probing.calibration.ContestedRule) and the size floor."""
+    """The contested-set rule (conductor_pipeline.probing.contested.ContestedRule) and the size floor."""
 
     weak: str | None = Field(None, description="Weak worker; empty: the pool's worst by marginal accuracy")
     strong: str | None = Field(None, description="Strong worker; empty: the pool's best by marginal accuracy")

@@ -9,8 +9,8 @@ from tabulate import tabulate
 
 from assets.metadata import png_markdown
 from conductor_pipeline.files import write_bytes_atomic
-from conductor_pipeline.plots import training_curves_png
 from conductor_pipeline.training.dataset import TrainingSet
+from conductor_pipeline.training.plots import training_curves_png
 from conductor_pipeline.training.runs import RunTelemetry, fan_out_share, halves_markdown, parse_code_totals
 from conductor_pipeline.training.telemetry import rollout_row_counts
 from conductor_pipeline.warehouse import Warehouse

@@ -17,8 +17,9 @@ import dagster as dg
 from assets.metadata import png_markdown, stage
 from assets.probing import pass_rates
 from conductor_pipeline.files import write_bytes_atomic, write_text_atomic
+from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.data import load_training_frame, rows_by_source
-from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
 from conductor_pipeline.world_model.persistence import WorldModelFileError

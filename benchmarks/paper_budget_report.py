@@ -24,7 +24,7 @@ import polars as pl
 
 from assets.metadata import latest_metadata
 from assets.results import paired_points, record_from_instance
-from conductor_pipeline.evaluation.tables import fan_out_by_arm
+from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.warehouse import Warehouse
 

@@ -23,8 +23,9 @@ import numpy as np
 from conductor_pipeline.corpora.loaders import load_gsm8k, load_math_full
 from conductor_pipeline.corpora.sources import resolve_data_file
 from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.data import replay_training_frame
-from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
 

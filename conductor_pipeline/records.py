@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from conductor_pipeline.grading.version import GRADER_VERSION
+from conductor_pipeline.grader_version import grader_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,14 +177,6 @@ class RolloutTag:
     phase: str
     training_step: int | None
     rollout: int
-
-
-def grader_of(correct: bool | None, recorded: str | None) -> str | None:
-    """The grader version a row records: as given, else the current grader's when there is a
-    verdict (a record built now was graded by today's rules), else none."""
-    if recorded is not None or correct is None:
-        return recorded
-    return GRADER_VERSION
 
 
 def stable_id(*parts: object) -> str:

@@ -22,7 +22,6 @@ DEFAULT_SALT = "coryphaeus-split-v1"
 # 64 bits of the digest give a uniform draw far finer than any fraction anyone will use.
 _DRAW_BYTES = 8
 _FINGERPRINT_HEX_CHARS = 12
-_LEAKS_SHOWN = 5
 
 
 class SplitLeakError(AssertionError):
@@ -66,17 +65,6 @@ def split_fingerprint(
     _check_fraction(eval_fraction)
     digest = hashlib.sha256(f"{salt}|{float(eval_fraction)!r}".encode()).hexdigest()
     return digest[:_FINGERPRINT_HEX_CHARS]
-
-
-def assert_disjoint(train_ids: Iterable[str], eval_ids: Iterable[str]) -> None:
-    """Raise SplitLeakError naming a few ids that appear in both sets."""
-    leaked = set(train_ids) & set(eval_ids)
-    if leaked:
-        shown = sorted(leaked)[:_LEAKS_SHOWN]
-        more = f" and {len(leaked) - len(shown)} more" if len(leaked) > len(shown) else ""
-        raise SplitLeakError(
-            f"{len(leaked)} question ids are in both train and eval: {', '.join(shown)}{more}"
-        )
 
 
 def train_split_rows(

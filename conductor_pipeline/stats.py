@@ -1,8 +1,8 @@
 """Intervals and paired tests: how sure a pass rate is, and whether one arm beats another.
 
 A pass rate from k samples is an estimate, not a fact: 3/6 and 300/600 both read 0.5, and only
-the interval says which one can gate a training run. Both binomial intervals stay inside [0, 1] and
-stay informative at 0/k and k/k, where the textbook normal interval collapses to a point.
+the interval says which one can gate a training run. The Wilson interval stays inside [0, 1] and
+stays informative at 0/k and k/k, where the textbook normal interval collapses to a point.
 
 Two arms scored on the same questions are compared *paired*: the questions are the unit of
 sampling, so the bootstrap resamples questions (each question's repeats stay together, as its mean)
@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import beta, binomtest, norm
+from scipy.stats import binomtest, norm
 
 DEFAULT_CONFIDENCE = 0.95
 # Question resamples of every paired bootstrap: the 2.5% and 97.5% quantiles of 2,000 draws move
@@ -50,19 +50,6 @@ def wilson_interval(
         upper = np.clip(center + half, 0.0, 1.0)
     # At 0/n and n/n the formula's end is exactly 0 or 1; pin it against rounding (and n == 0).
     return np.where(s == 0, 0.0, lower), np.where(s == n, 1.0, upper)
-
-
-def jeffreys_interval(
-    successes: ArrayLike, trials: ArrayLike, confidence: float = DEFAULT_CONFIDENCE
-) -> tuple[np.ndarray, np.ndarray]:
-    """Jeffreys interval: equal-tailed Beta(s+1/2, n-s+1/2) quantiles, ends pinned at 0/n and n/n."""
-    s, n = _counts(successes, trials)
-    tail = (1 - confidence) / 2
-    lower = beta.ppf(tail, s + 0.5, n - s + 0.5)
-    upper = beta.ppf(1 - tail, s + 0.5, n - s + 0.5)
-    lower = np.where(s == 0, 0.0, lower)
-    upper = np.where(s == n, 1.0, upper)
-    return lower, upper
 
 
 # ---------------------------------------------------------------------- paired comparisons

@@ -40,7 +40,7 @@ from conductor_pipeline.training.settings import (
 )
 from conductor_pipeline.training.synthetic import SyntheticStyle
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
-from conductor_pipeline.world_model.hooks import PRUNE_HIGH, PRUNE_LOW
+from conductor_pipeline.world_model.prompts_and_pruning import PRUNE_HIGH, PRUNE_LOW
 from resources.knobs import override_names, overrides_model
 
 # Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches

@@ -39,12 +39,9 @@ from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import Step, Workflow
+from conductor_pipeline.world_model.aggregator_steps import AggregatorStepReport, evaluate_aggregator_steps
+from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.data import load_training_frame
-from conductor_pipeline.world_model.evaluation import (
-    AggregatorStepReport,
-    EvaluationSettings,
-    evaluate_aggregator_steps,
-)
 from conductor_pipeline.world_model.features import WorldModelSettings
 
 POOL = "replay-mixed6-vote"

@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS calls (
 -- Topology: how many earlier step results the call's context held (0 for probes and single
 -- steps). Rows written before the column existed keep NULL: unknown, not zero.
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS visible_steps INTEGER;
--- The grader whose rules gave `correct` (conductor_pipeline.grading.GRADER_VERSION). Rows that
+-- The grader whose rules gave `correct` (conductor_pipeline.grader_version.GRADER_VERSION). Rows that
 -- existed before the column get '1' (the grader before versions were recorded); rows written
 -- without a version get the current one. The default below must equal GRADER_VERSION.
 ALTER TABLE calls ADD COLUMN IF NOT EXISTS grader_version VARCHAR DEFAULT '1';

@@ -18,6 +18,7 @@ from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.prompt import build_conductor_prompt
 from conductor_pipeline.conductor.protocols import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.evaluation.routers import OracleRouter
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.vote import majority_step
 from conductor_pipeline.records import Question, WorkflowRecord, stable_id
 from conductor_pipeline.workflow import Step, Workflow
@@ -312,8 +313,6 @@ class EvalRunSummary:
 
     @classmethod
     def from_json_dict(cls, payload: Mapping[str, object]) -> EvalRunSummary:
-        from conductor_pipeline.evaluation.costs import RoutingPredictions  # noqa: PLC0415 (costs imports this module)
-
         def restored(value: object) -> object:
             return tuple(restored(v) for v in value) if isinstance(value, list) else value
 

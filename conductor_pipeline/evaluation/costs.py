@@ -9,9 +9,7 @@ W's predictions, with no new call; each gets the paired test against the best si
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -26,16 +24,12 @@ from conductor_pipeline.evaluation.comparisons import (
 )
 from conductor_pipeline.evaluation.routers import (
     OracleRouter,
-    SuccessAndCostModel,
     WCascadeRouter,
     WorldModelRouter,
     cascade_choice,
-    list_price_per_mtok,
     w_router_scores,
 )
-from conductor_pipeline.files import decode_array, encode_array
-from conductor_pipeline.pools.config import WorkerSeat
-from conductor_pipeline.records import Question
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.stats import compare_paired
 
 # The W-router's lambda (accuracy per USD) is swept relative to the median predicted call cost m:
@@ -45,69 +39,6 @@ CASCADE_THRESHOLDS = np.round(np.linspace(0.0, 1.0, 21), 2)
 HINDSIGHT_ARMS = frozenset({OracleRouter.name})
 # `cost_story`'s budget: this share of the best single worker's cost per question.
 HALF_COST_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class RoutingPredictions:
-    """A train-split W's predictions for every eval question x seat, kept with the run so the sweeps
-    are recomputed from recorded answers without refitting W.
-
-    `success` and `cost` are (questions x workers); `prices` are the workers' list prices
-    (USD per million tokens, input plus output), the cascade's ladder; `fallback` is the best
-    single worker, who answers when no rung reaches the threshold.
-    """
-
-    question_ids: tuple[str, ...]
-    workers: tuple[str, ...]
-    success: np.ndarray
-    cost: np.ndarray
-    prices: tuple[float, ...]
-    fallback: str
-
-    @classmethod
-    def from_model(
-        cls, model: SuccessAndCostModel, seats: Sequence[WorkerSeat], questions: Sequence[Question], fallback: str
-    ) -> RoutingPredictions:
-        """W's predictions for every question x seat, in one batch each."""
-        return cls(
-            question_ids=tuple(q.question_id for q in questions),
-            workers=tuple(seat.name for seat in seats),
-            success=np.asarray(model.predict_success(list(questions), list(seats)), dtype=float),
-            cost=np.asarray(model.predict_cost(list(questions), list(seats)), dtype=float),
-            prices=tuple(list_price_per_mtok(seat) for seat in seats),
-            fallback=fallback,
-        )
-
-    def to_json_dict(self) -> dict[str, object]:
-        """Plain JSON, the arrays bit for bit (`encode_array`): what `eval_arms` hands on."""
-        return {
-            "question_ids": list(self.question_ids), "workers": list(self.workers),
-            "success": encode_array(self.success), "cost": encode_array(self.cost),
-            "prices": list(self.prices), "fallback": self.fallback,
-        }
-
-    @classmethod
-    def from_json_dict(cls, payload: Mapping[str, object]) -> RoutingPredictions:
-        return cls(
-            question_ids=tuple(payload["question_ids"]), workers=tuple(payload["workers"]),
-            success=decode_array(payload["success"]), cost=decode_array(payload["cost"]),
-            prices=tuple(payload["prices"]), fallback=str(payload["fallback"]),
-        )
-
-    def fingerprint(self) -> str:
-        """A digest of what the W-routed arms decide on: the predictions (to 6 decimals), the ladder
-        and the fallback. W refitted on the same rows gives the same digest, whatever bytes its saved files hold."""
-        digest = hashlib.sha256(repr((self.question_ids, self.workers, self.prices, self.fallback)).encode())
-        for predictions in (self.success, self.cost):
-            digest.update(np.round(np.asarray(predictions, dtype=float), 6).tobytes())
-        return digest.hexdigest()[:24]
-
-    def restricted(self, question_ids: Sequence[str]) -> RoutingPredictions:
-        row = {qid: i for i, qid in enumerate(self.question_ids)}
-        rows = [row[qid] for qid in question_ids]
-        return RoutingPredictions(
-            tuple(question_ids), self.workers, self.success[rows], self.cost[rows], self.prices, self.fallback
-        )
 
 
 def pareto_frontier(points: Mapping[str, tuple[float, float]]) -> list[str]:

@@ -7,6 +7,7 @@ training reward in the pipeline goes through `grade` / `grade_many`. Every verdi
 warehouse carries `GRADER_VERSION`; `regrade` re-grades stored responses when it changes.
 """
 
+from conductor_pipeline.grader_version import GRADER_VERSION
 from conductor_pipeline.grading.equivalence import (
     DEFAULT_TIMEOUT_S,
     Grade,
@@ -17,7 +18,6 @@ from conductor_pipeline.grading.equivalence import (
     warm_up,
 )
 from conductor_pipeline.grading.extraction import RULES, Reading, extract_answer, normalize_gold, read_answer
-from conductor_pipeline.grading.version import GRADER_VERSION
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

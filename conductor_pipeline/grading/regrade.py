@@ -25,8 +25,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
+from conductor_pipeline.grader_version import GRADER_VERSION
 from conductor_pipeline.grading.equivalence import grade_many
-from conductor_pipeline.grading.version import GRADER_VERSION
 from conductor_pipeline.records import stable_id
 from conductor_pipeline.warehouse import Warehouse, load_sql
 

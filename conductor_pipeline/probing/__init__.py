@@ -2,7 +2,8 @@
 
 `runner` issues every (question, worker, sample) probe call, resumably; `pass_rates` turns the
 calls into per-question rates with intervals; `ceilings` gives oracle ceilings and the null pool;
-`calibration` picks the contested set that GRPO trains on; `reports` renders their results as
-the markdown tables the assets publish. Feeds `probe_calls`, `pass_rates`,
-`oracle_ceilings` and `contested_set`.
+`contested` picks the contested set that GRPO trains on; `reports` renders their results as
+the markdown tables the assets publish and `plots` draws the pass-rate histograms; `pool_search`
+looks for a pool with real headroom and `pool_search_report` writes what it found. Feeds
+`probe_calls`, `pass_rates`, `oracle_ceilings`, `contested_set` and `pool_search`.
 """

@@ -6,11 +6,15 @@ tables, so they are computed in one place from sql/pass_rates.sql and sql/worker
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from conductor_pipeline.grading.regrade import require_current_grades
 from conductor_pipeline.stats import wilson_interval
 from conductor_pipeline.warehouse import Warehouse
+
+# Pass-rate histogram bins: 11 bins so that k/10 sample fractions land in their own bin.
+PASS_RATE_BINS = np.linspace(0.0, 1.0, 12)
 
 
 def with_interval(frame: pl.DataFrame, successes: str, trials: str, prefix: str) -> pl.DataFrame:

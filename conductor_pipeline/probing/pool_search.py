@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
-from tabulate import tabulate
 
 from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.probing.ceilings import null_pool_table
@@ -39,7 +38,6 @@ from conductor_pipeline.probing.reports import null_pool_note
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.stats import percentile_interval, question_resample_counts
 
-MISSING = "-"
 ALL_CANDIDATES = "all candidates"  # label of the reference row holding every candidate worker
 
 
@@ -257,6 +255,8 @@ class PoolResult:
 
 @dataclass
 class PoolSearchReport:
+    """What a search found (the text a reader takes in: `pool_search_report`)."""
+
     results: list[PoolResult]
     candidates: list[str]
     excluded: dict[str, float]
@@ -280,43 +280,6 @@ class PoolSearchReport:
     @property
     def any_multi_sample(self) -> bool:
         return any(r.null_headroom is not None for r in self.results)
-
-    @property
-    def verdicts(self) -> list[str]:
-        lines = [
-            f"searched sub-pools of {self.settings.min_size}-{self.settings.max_size} among {len(self.candidates)} "
-            f"workers on {self.n_train} train-split questions (beam width {self.settings.beam_width}, "
-            f"{self.search_seconds:.2f} s); re-measured on {self.n_eval} eval-split questions"
-        ]
-        for r in self.searched:
-            low, high = r.eval_headroom_interval
-            held = "holds: interval above 0" if r.holds_out_of_sample else "does NOT clearly hold: interval reaches 0"
-            lines.append(
-                f"size {r.size}: {', '.join(r.members)}: headroom {r.train.headroom:+.3f} on train -> "
-                f"{r.eval.headroom:+.3f} [{low:+.3f}, {high:+.3f}] on eval ({held}); eval oracle {r.eval.oracle:.3f} "
-                f"vs best member {r.eval.best_worker} {r.eval.best_single:.3f}; error correlation "
-                f"{r.error_correlation:+.2f}"
-            )
-        for r in (r for r in self.results if r.kind == "reference"):
-            low, high = r.eval_headroom_interval
-            lines.append(
-                f"{r.label} (not searched): headroom {r.train.headroom:+.3f} on train, {r.eval.headroom:+.3f} "
-                f"[{low:+.3f}, {high:+.3f}] on eval; eval oracle {r.eval.oracle:.3f} vs best member "
-                f"{r.eval.best_worker} {r.eval.best_single:.3f}"
-            )
-        best = self.best_out_of_sample
-        if best is not None:
-            lines.append(
-                f"largest headroom out of sample: size {best.size} ({', '.join(best.members)}), "
-                f"{best.eval.headroom:+.3f} over {best.eval.best_worker} at oracle {best.eval.oracle:.3f}"
-            )
-            strongest = self.strongest_candidate
-            if strongest is not None and strongest[1] > best.eval.oracle:
-                lines.append(
-                    f"for scale: {strongest[0]} alone scores {strongest[1]:.3f} on eval, above that pool's oracle: "
-                    "its headroom is real but routing within it cannot match the strongest worker"
-                )
-        return lines
 
     @property
     def strongest_candidate(self) -> tuple[str, float] | None:
@@ -353,55 +316,6 @@ class PoolSearchReport:
             )
         return pl.DataFrame(rows, infer_schema_length=None)
 
-    def to_markdown(self) -> str:
-        """The search table, what its columns mean, and the sampling-luck caveat."""
-        estimated = " (est.)" if self.tokens_estimated else ""
-        headers = [
-            "pool", "size", "train headroom", "eval headroom [95% CI]", "eval oracle", "eval best single",
-            "null-pool headroom", "error corr.", f"USD/question, all members{estimated}",
-            f"USD/question, best single{estimated}", "workers",
-        ]
-        rows = []
-        for r in self.results:
-            low, high = r.eval_headroom_interval
-            null = MISSING if r.null_headroom is None else f"{r.null_headroom:+.3f} ({r.null_samples} samples)"
-            rows.append([
-                r.label, str(r.size), f"{r.train.headroom:+.3f}", f"{r.eval.headroom:+.3f} [{low:+.3f}, {high:+.3f}]",
-                f"{r.eval.oracle:.3f}", f"{r.eval.best_single:.3f} ({r.eval.best_worker})", null,
-                f"{r.error_correlation:+.2f}", _usd(r.cost_all_members), _usd(r.cost_best_single),
-                "every candidate" if r.label.startswith(ALL_CANDIDATES) else ", ".join(r.members),
-            ])
-        lines = [
-            tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True),
-            "",
-            f"Population: {self.population}; {self.n_train} on the train side of the project's split (searched), "
-            f"{self.n_eval} on the eval side (re-measured). Headroom = oracle - the pool's own best single worker, "
-            "re-chosen on each split and each bootstrap resample. Error corr.: mean pairwise correlation of the "
-            "members' right/wrong outcomes on train (near 1: correlated generalists; near 0 or below: asymmetric). "
-            "Cost: mean per eval question, from list prices"
-            + (" and token counts estimated from characters (replay has no usage block)." if self.tokens_estimated
-               else "."),
-            "",
-            *self.notes,
-        ]
-        if self.excluded:
-            shown = ", ".join(f"{w} ({share:.0%})" for w, share in sorted(self.excluded.items()))
-            lines += ["", f"Not candidates (answered too few of the population's questions): {shown}."]
-        return "\n".join(lines).rstrip() + "\n"
-
-    def subject_markdown(self) -> str:
-        """Per searched pool: each member's eval accuracy per subject, the winner in bold."""
-        parts = []
-        for r in self.searched:
-            parts += [f"**{r.label}** ({', '.join(r.members)}): {_winner_summary(r.subject_table, r.members)}", ""]
-            parts += [subject_table_markdown(r.subject_table, r.members), ""]
-        return "\n".join(parts)
-
-
-def _usd(value: float | None) -> str:
-    return MISSING if value is None or np.isnan(value) else f"{value:.5f}"
-
-
 def subject_table(
     correct: np.ndarray, subject: np.ndarray, workers: Sequence[str], members: Sequence[int]
 ) -> pl.DataFrame:
@@ -414,35 +328,6 @@ def subject_table(
                      **{workers[i]: float(block[:, k].mean()) for k, i in enumerate(members)},
                      "oracle": float(block.max(axis=1).mean())})
     return pl.DataFrame(rows)
-
-
-def subject_winners(table: pl.DataFrame, members: Sequence[str]) -> list[list[str]]:
-    """Per row of a subject table, the member(s) with the highest accuracy."""
-    winners = []
-    for row in table.iter_rows(named=True):
-        top = max(row[m] for m in members)
-        winners.append([m for m in sorted(members) if np.isclose(row[m], top)])
-    return winners
-
-
-def subject_table_markdown(table: pl.DataFrame, members: Sequence[str]) -> str:
-    names = sorted(members)
-    rows = []
-    for row, winners in zip(table.iter_rows(named=True), subject_winners(table, names), strict=True):
-        cells = [f"**{row[m]:.3f}**" if m in winners else f"{row[m]:.3f}" for m in names]
-        rows.append([row["subject"], str(row["questions"]), *cells, f"{row['oracle']:.3f}", " = ".join(winners)])
-    headers = ["subject", "questions", *names, "pool oracle", "winner"]
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
-
-
-def _winner_summary(table: pl.DataFrame, members: Sequence[str]) -> str:
-    sole = [w[0] for w in subject_winners(table, sorted(members)) if len(w) == 1]
-    distinct = sorted(set(sole))
-    if len(distinct) <= 1:
-        who = distinct[0] if distinct else "no member"
-        return f"{who} wins every subject it does not tie: a generalist pool on these subjects."
-    counts = ", ".join(f"{w} {sole.count(w)}" for w in distinct)
-    return f"{len(distinct)} different members win a subject outright ({counts} of {table.height} subjects)."
 
 
 def _error_correlation(correct: np.ndarray) -> float:

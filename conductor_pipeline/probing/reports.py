@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 from tabulate import tabulate
 
-from conductor_pipeline.plots import PASS_RATE_BINS
+from conductor_pipeline.probing.pass_rates import PASS_RATE_BINS
 from conductor_pipeline.records import CallStatus
 
 # Column order of every per-status table: the order the statuses are declared in.
@@ -68,7 +68,7 @@ def status_rate_markdown(summary: pl.DataFrame) -> str:
 def worker_pass_rate_histogram_markdown(rates: pl.DataFrame, workers: Sequence[str]) -> str:
     """Per worker, how many questions fall in each pass-rate bin (the bins of the pass-rate plot).
 
-    Each worker's own distribution, one row per worker; `calibration.pass_rate_histogram` is the
+    Each worker's own distribution, one row per worker; `contested.pass_rate_histogram` is the
     other view: questions per band of the pool's mean pass rate.
     """
     rows = []

@@ -21,7 +21,7 @@ from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.devices import AUTO_DEVICE
 from conductor_pipeline.files import read_json_checked, write_json_atomic, write_parquet_atomic
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
-from conductor_pipeline.probing.calibration import (
+from conductor_pipeline.probing.contested import (
     ContestedRule,
     ContestedSelection,
     routing_anchors,
@@ -35,7 +35,9 @@ from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.telemetry import PRUNE_AUDIT
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.data import load_training_frame
-from conductor_pipeline.world_model.hooks import (
+from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.persistence import WorldModelFileError
+from conductor_pipeline.world_model.prompts_and_pruning import (
     PRUNE_HIGH,
     PRUNE_LOW,
     audit_pruning,
@@ -43,8 +45,6 @@ from conductor_pipeline.world_model.hooks import (
     prompt_predictor,
     prune_zero_variance,
 )
-from conductor_pipeline.world_model.model import WorldModel
-from conductor_pipeline.world_model.persistence import WorldModelFileError
 
 
 class TrainingDataError(ValueError):

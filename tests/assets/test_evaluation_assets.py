@@ -26,8 +26,8 @@ from assets.metadata import latest_metadata_value
 from assets.world_model import WorldModelFitConfig
 from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.evaluation.arms import EvalRunSummary
-from conductor_pipeline.evaluation.costs import RoutingPredictions
 from conductor_pipeline.evaluation.lineup import eval_run_id
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.pools.governor import Governor

@@ -19,7 +19,7 @@ from assets.world_model import (
     world_model_report,
 )
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.evaluation import EvaluationSettings
+from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
 from resources.pool import PoolResource

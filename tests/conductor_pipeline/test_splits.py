@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import given
@@ -11,11 +12,24 @@ from hypothesis import strategies as st
 from conductor_pipeline.splits import (
     DEFAULT_SALT,
     SplitLeakError,
-    assert_disjoint,
     split_fingerprint,
     split_ids,
     split_of,
 )
+
+_LEAKS_SHOWN = 5
+
+
+def assert_disjoint(train_ids: Iterable[str], eval_ids: Iterable[str]) -> None:
+    """Raise SplitLeakError naming a few ids that appear in both sets."""
+    leaked = set(train_ids) & set(eval_ids)
+    if leaked:
+        shown = sorted(leaked)[:_LEAKS_SHOWN]
+        more = f" and {len(leaked) - len(shown)} more" if len(leaked) > len(shown) else ""
+        raise SplitLeakError(
+            f"{len(leaked)} question ids are in both train and eval: {', '.join(shown)}{more}"
+        )
+
 
 IDS = [f"test/algebra/{k}.json" for k in range(2_000)] + [f"gsm8k:train:{k}" for k in range(2_000)]
 

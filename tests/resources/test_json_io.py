@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conductor_pipeline.evaluation.arms import EvalRunSummary
-from conductor_pipeline.evaluation.costs import RoutingPredictions
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from resources.json_io import JsonIOManager
 
 

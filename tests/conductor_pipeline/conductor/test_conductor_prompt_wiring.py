@@ -11,8 +11,8 @@ import pytest
 from conductor_pipeline.conductor.prompt import build_conductor_prompt, build_recursion_prompt
 from conductor_pipeline.evaluation.arms import ConductorArm
 from conductor_pipeline.splits import split_of
-from conductor_pipeline.world_model.hooks import prompt_predictor
 from conductor_pipeline.world_model.model import WorldModel, fit_on_train_split
+from conductor_pipeline.world_model.prompts_and_pruning import prompt_predictor
 from tests.builders import (
     FAST_WORLD_MODEL,
     SAMPLE_QUESTION,

@@ -10,15 +10,15 @@ import pytest
 
 from conductor_pipeline.evaluation.comparisons import PairedSettings
 from conductor_pipeline.evaluation.costs import (
-    RoutingPredictions,
     arms_frontier,
     cost_story,
     cost_sweep,
     lambda_grid,
     pareto_frontier,
 )
-from conductor_pipeline.evaluation.tables import arm_table
-from conductor_pipeline.plots import accuracy_cost_plot
+from conductor_pipeline.evaluation.frames import arm_table
+from conductor_pipeline.evaluation.plots import accuracy_cost_plot
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from tests.builders import eval_workflow_rows, eval_workflows_frame
 
 N = 200

@@ -12,6 +12,16 @@ import pytest
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.protocols import PolicyError, PolicyOutput
 from conductor_pipeline.evaluation.arms import ConductorArm, OracleArm, RouterArm, SoloArm, run_arm
+from conductor_pipeline.evaluation.frames import (
+    arm_table,
+    common_questions,
+    decompose_gap,
+    decomposition_inputs,
+    n_label,
+    parse_code_histogram,
+    running_gap,
+    worker_usage,
+)
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
 from conductor_pipeline.evaluation.routers import (
     BestSingleRouter,
@@ -22,16 +32,6 @@ from conductor_pipeline.evaluation.routers import (
     solo_verdicts,
 )
 from conductor_pipeline.evaluation.slices import assert_no_leak, eval_slice, find_leaks
-from conductor_pipeline.evaluation.tables import (
-    arm_table,
-    common_questions,
-    decompose_gap,
-    decomposition_inputs,
-    n_label,
-    parse_code_histogram,
-    running_gap,
-    worker_usage,
-)
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import CallRequest, CallResult, CallStatus, Question

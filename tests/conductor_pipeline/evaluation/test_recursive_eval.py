@@ -15,8 +15,8 @@ from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.protocols import BatchingPolicy, PolicyOutput
 from conductor_pipeline.evaluation.arms import ConductorArm, EvalRunSummary, run_arm
+from conductor_pipeline.evaluation.eval_tables import build_eval_tables
 from conductor_pipeline.evaluation.lineup import ArmLineup, eval_lineup, run_lineup
-from conductor_pipeline.evaluation.results import build_eval_tables
 from conductor_pipeline.evaluation.routers import BestSingleChoice
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat, load_pool
 from conductor_pipeline.pools.governor import Governor

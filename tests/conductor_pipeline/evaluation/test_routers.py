@@ -10,8 +10,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from conductor_pipeline.evaluation.frames import routing_value
 from conductor_pipeline.evaluation.routers import WCascadeRouter, WorldModelRouter, cascade_choice
-from conductor_pipeline.evaluation.tables import routing_value
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of, train_split_rows

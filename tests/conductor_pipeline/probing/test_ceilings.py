@@ -7,10 +7,19 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import beta, binomtest
 
 from conductor_pipeline.probing.ceilings import best_subpools, ceiling_table, null_pool_table, oracle_ceiling
-from conductor_pipeline.stats import jeffreys_interval, wilson_interval
+from conductor_pipeline.stats import wilson_interval
+
+
+def jeffreys_interval(successes: np.ndarray, trials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """95% Jeffreys interval: equal-tailed Beta(s+1/2, n-s+1/2) quantiles, ends pinned at 0/n and n/n
+    (a second binomial interval to hold Wilson's against; the pipeline uses Wilson's only)."""
+    s, n = np.broadcast_arrays(np.asarray(successes, dtype=float), np.asarray(trials, dtype=float))
+    lower = beta.ppf(0.025, s + 0.5, n - s + 0.5)
+    upper = beta.ppf(0.975, s + 0.5, n - s + 0.5)
+    return np.where(s == 0, 0.0, lower), np.where(s == n, 1.0, upper)
 
 
 def outcomes(table: dict[str, dict[str, bool | None]]) -> pl.DataFrame:

@@ -17,6 +17,10 @@ from conductor_pipeline.probing.pool_search import (
     beam_search,
     search_pools,
     sub_pool_figures,
+)
+from conductor_pipeline.probing.pool_search_report import (
+    search_table_markdown,
+    subject_tables_markdown,
     subject_winners,
 )
 from conductor_pipeline.probing.recorded_outcomes import SAMPLE_OUTCOME_SCHEMA
@@ -89,7 +93,7 @@ def test_the_planted_specialist_pair_is_found_and_its_headroom_holds_out_of_samp
     # Their outcomes are anti-correlated; the subject table shows each winning its own subject.
     assert best2.error_correlation < -0.5
     assert subject_winners(best2.subject_table, best2.members) == [["spec-algebra"], ["spec-geometry"]]
-    assert "2 different members win a subject outright" in report.subject_markdown()
+    assert "2 different members win a subject outright" in subject_tables_markdown(report)
 
 
 def test_the_correlated_pair_is_not_ranked_first_and_shows_no_headroom(report) -> None:
@@ -135,7 +139,7 @@ def test_costs_samples_and_the_single_sample_note(report) -> None:
     best3 = next(r for r in report.searched if r.size == 3)
     assert best3.cost_all_members == pytest.approx(0.003) and best3.cost_best_single == pytest.approx(0.001)
     assert best3.samples_per_question == 1 and best3.null_headroom is None
-    markdown = report.to_markdown()
+    markdown = search_table_markdown(report)
     assert "no null pool can be shown" in markdown and "sampling noise" in markdown
     assert "(est.)" in markdown
     assert report.search_seconds >= 0 and report.n_train == report.n_eval == N_QUESTIONS // 2
@@ -168,7 +172,7 @@ def test_coverage_excludes_sparse_workers_and_scores_only_complete_questions() -
     gappy = outcomes.filter(~((pl.col("worker") == "gen-c") & (pl.col("question_id") == "q0003")))
     result = search_pools(pl.concat([gappy, sparse]), questions_frame(), SETTINGS, split_fn=odd_is_eval)
     assert result.excluded == {"sparse": pytest.approx(0.25)}
-    assert "sparse (25%)" in result.to_markdown()
+    assert "sparse (25%)" in search_table_markdown(result)
     assert result.n_train + result.n_eval == N_QUESTIONS - 1  # q0003 lacks gen-c's outcome
 
 

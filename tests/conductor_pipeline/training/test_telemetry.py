@@ -238,7 +238,7 @@ def test_training_steps_rows_keep_both_signal_figures():
 
 
 def test_training_curves_plot_the_running_gate_figure_and_the_final_workers():
-    from conductor_pipeline.plots import training_curves_png
+    from conductor_pipeline.training.plots import training_curves_png
 
     steps = pl.DataFrame({
         "step": [1, 2, 3], "reward_mean": [0.1, 0.2, 0.4], "reward_std": [0.1, 0.1, 0.1],

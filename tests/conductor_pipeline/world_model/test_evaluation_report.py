@@ -10,16 +10,13 @@ import pytest
 from sklearn.model_selection import GroupKFold
 
 from conductor_pipeline.splits import split_of
-from conductor_pipeline.world_model.evaluation import (
-    Comparison,
-    Estimate,
+from conductor_pipeline.world_model.cross_validation import (
     EvaluationSettings,
-    SplitReport,
-    WorldModelReport,
-    evaluate_world_model,
     family_fallback_note,
     family_spread_worker_folds,
 )
+from conductor_pipeline.world_model.evaluation import WorldModelReport, evaluate_world_model
+from conductor_pipeline.world_model.metrics import Comparison, Estimate, SplitReport
 from tests.builders import (
     FAST_WORLD_MODEL,
     SYNTHETIC_WORKERS,

@@ -13,11 +13,16 @@ import pytest
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import CallRecord, Question
 from conductor_pipeline.warehouse import Warehouse
+from conductor_pipeline.world_model.aggregator_steps import evaluate_aggregator_steps
+from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.data import load_training_frame
-from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_aggregator_steps
 from conductor_pipeline.world_model.features import build_features
-from conductor_pipeline.world_model.hooks import predicted_success_for_prompt, prompt_predictor, prune_zero_variance
 from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.prompts_and_pruning import (
+    predicted_success_for_prompt,
+    prompt_predictor,
+    prune_zero_variance,
+)
 from tests.builders import FAST_WORLD_MODEL, specialist_skill, synthetic_frame, synthetic_questions, synthetic_seats
 
 VOTE = WorkerSeat(name="majority-vote", backend="vote", model="majority-vote", description="majority of what it sees")

@@ -12,15 +12,16 @@ import pytest
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of
-from conductor_pipeline.world_model.evaluation import EvaluationSettings, evaluate_world_model
+from conductor_pipeline.world_model.cross_validation import EvaluationSettings
+from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import TfidfSvdText, build_features
-from conductor_pipeline.world_model.hooks import (
+from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.prompts_and_pruning import (
     audit_pruning,
     out_of_fold_prompt_success,
     predicted_success_for_prompt,
     prune_zero_variance,
 )
-from conductor_pipeline.world_model.model import WorldModel
 from tests.builders import (
     FAST_WORLD_MODEL,
     SYNTHETIC_WORKERS,
@@ -209,7 +210,7 @@ def test_cost_regressor_trains_where_costs_exist(specialist_frame: pl.DataFrame)
 def test_bootstrap_metrics_equal_scikit_learn_under_weights() -> None:
     from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
-    from conductor_pipeline.world_model.evaluation import _WeightedMetrics, expected_calibration_error
+    from conductor_pipeline.world_model.metrics import _WeightedMetrics, expected_calibration_error
 
     rng = np.random.default_rng(0)
     y = (rng.random(500) < 0.6).astype(float)

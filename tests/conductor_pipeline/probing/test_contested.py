@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from conductor_pipeline.probing.calibration import ContestedRule, pass_rate_histogram, routing_anchors, select_contested
+from conductor_pipeline.probing.contested import ContestedRule, pass_rate_histogram, routing_anchors, select_contested
 
 
 def rates(rows: list[tuple[str, str, int, int]]) -> pl.DataFrame:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from conductor_pipeline.evaluation.report import (
+from conductor_pipeline.evaluation.frames import arm_table
+from conductor_pipeline.evaluation.markdown import (
     arm_labels,
     arm_table_markdown,
     conductor_summary,
@@ -15,7 +16,6 @@ from conductor_pipeline.evaluation.report import (
     routing_summary_markdown,
     verdict_lines,
 )
-from conductor_pipeline.evaluation.tables import arm_table
 from conductor_pipeline.stats import Estimate, PairedComparison
 from tests.builders import eval_workflow_rows, eval_workflows_frame
 

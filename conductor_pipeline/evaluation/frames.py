@@ -1,5 +1,5 @@
 """The frames an evaluation run gives: accuracy with intervals, cost, usage, gap, decomposition
-(`report` turns them into the markdown the UI shows)."""
+(`markdown` turns them into the markdown the UI shows)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,21 @@ from conductor_pipeline.evaluation.comparisons import (
     gap_in_points,
 )
 from conductor_pipeline.evaluation.costs import arms_frontier, cost_story, cost_sweep
+from conductor_pipeline.evaluation.frames import (
+    GAP_FIRST_N,
+    arm_table,
+    common_questions,
+    conductor_decompositions,
+    fan_out_by_arm,
+    is_recursive_arm,
+    parse_code_histogram,
+    recursion_table,
+    routing_value,
+    running_gap,
+    worker_usage,
+)
 from conductor_pipeline.evaluation.learning import conductor_comparisons, order_agreement, steps_by_position
-from conductor_pipeline.evaluation.report import (
+from conductor_pipeline.evaluation.markdown import (
     arm_labels,
     arm_table_markdown,
     conductor_comparisons_markdown,
@@ -41,21 +54,8 @@ from conductor_pipeline.evaluation.report import (
     routing_summary_markdown,
     verdict_lines,
 )
+from conductor_pipeline.evaluation.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.evaluation.routers import OracleRouter, WCascadeRouter, WorldModelRouter
-from conductor_pipeline.evaluation.tables import (
-    GAP_FIRST_N,
-    arm_table,
-    common_questions,
-    conductor_decompositions,
-    fan_out_by_arm,
-    is_recursive_arm,
-    parse_code_histogram,
-    recursion_table,
-    routing_value,
-    running_gap,
-    worker_usage,
-)
-from conductor_pipeline.plots import accuracy_cost_plot, running_gap_plot
 from conductor_pipeline.stats import PairedComparison
 
 # No nested workflows recorded: the recursion table then says so (zero everywhere).

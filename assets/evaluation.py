@@ -58,6 +58,7 @@ from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_o
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
+from conductor_pipeline.world_model.persistence import save_world_model
 from conductor_pipeline.world_model.prompts_and_pruning import prompt_predictor
 from resources.conductor import TRAINED_PROMPT_FIELDS, ConductorPolicyResource
 from resources.pool import PoolResource
@@ -254,7 +255,7 @@ def eval_arms(
         leaked = sorted(set(w_ids) & set(chosen.question_ids))
         if on_eval_side or leaked:
             raise dg.Failure(f"the routing W saw eval questions: {(on_eval_side or leaked)[:5]}")
-        w_path = train_split_w.save(train_split_world_model_path(warehouse, pool_config.name))
+        w_path = save_world_model(train_split_w, train_split_world_model_path(warehouse, pool_config.name))
         w_metadata = {
             "world_model_path": dg.MetadataValue.path(str(w_path)),
             "world_model_training_questions": len(w_ids),

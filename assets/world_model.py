@@ -22,7 +22,7 @@ from conductor_pipeline.world_model.data import load_training_frame, rows_by_sou
 from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import WorldModelSettings
 from conductor_pipeline.world_model.model import WorldModel
-from conductor_pipeline.world_model.persistence import WorldModelFileError
+from conductor_pipeline.world_model.persistence import WorldModelFileError, load_world_model, save_world_model
 from resources.knobs import library_field
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
@@ -92,7 +92,7 @@ def world_model(
         raise dg.Failure("no scored probe or step calls in the warehouse: materialize probe_calls first")
     seats = {seat.name: seat for seat in pool_config.workers}
     model = WorldModel.fit(frame, seats, config.model_settings())
-    path = model.save(world_model_path(warehouse, pool_config.name))
+    path = save_world_model(model, world_model_path(warehouse, pool_config.name))
     summary = model.summary()
     context.log.info(f"world model fitted on {frame.height} rows, saved to {path}")
     return dg.MaterializeResult(
@@ -126,7 +126,7 @@ def world_model_report(
     frame = load_training_frame(warehouse.get_warehouse())
     seats = {seat.name: seat for seat in pool_config.workers}
     try:
-        full_model = WorldModel.load(world_model_path(warehouse, pool_config.name))
+        full_model = load_world_model(world_model_path(warehouse, pool_config.name))
     except WorldModelFileError as exc:
         raise dg.Failure(str(exc)) from exc
     settings = config.evaluation_settings({pool_config.name: pool_config.solo_worker_names})

@@ -36,7 +36,7 @@ from conductor_pipeline.training.telemetry import PRUNE_AUDIT
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.data import load_training_frame
 from conductor_pipeline.world_model.model import WorldModel
-from conductor_pipeline.world_model.persistence import WorldModelFileError
+from conductor_pipeline.world_model.persistence import WorldModelFileError, load_world_model
 from conductor_pipeline.world_model.prompts_and_pruning import (
     PRUNE_HIGH,
     PRUNE_LOW,
@@ -155,10 +155,10 @@ class TrainingSet:
         )
 
 
-def load_world_model(path: Path, knob: str) -> WorldModel:
+def world_model_for(path: Path, knob: str) -> WorldModel:
     """The pool's world model, for a trainer knob that needs it (pruning, the reward bonus)."""
     try:
-        return WorldModel.load(path)
+        return load_world_model(path)
     except WorldModelFileError as exc:
         raise TrainingDataError(f"{knob} is on but no world model can be used: {exc}") from exc
 
@@ -189,7 +189,7 @@ def build_training_set(
     )
     if prune_with is None:
         return TrainingSet(pool_config, store, questions, naming, n_examples, anchors, predicted_success=shown)
-    model = load_world_model(prune_with, "prune_with_world_model")
+    model = world_model_for(prune_with, "prune_with_world_model")
     kept, skipped = prune_zero_variance(model, questions, pool_config.workers, low=prune_low, high=prune_high)
     if not kept:
         raise TrainingDataError(
@@ -208,7 +208,7 @@ def bonus_predictor(
     """W's per-worker P(success) for the reward bonus; None while the bonus is off (weight 0, the default)."""
     if weight == 0:
         return None
-    return prompt_predictor(load_world_model(world_model_path, "world_model_bonus_weight"), seats)
+    return prompt_predictor(world_model_for(world_model_path, "world_model_bonus_weight"), seats)
 
 
 # --- auditing the pruning ----------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import lightgbm as lgb
@@ -26,7 +25,6 @@ from conductor_pipeline.world_model.features import (
     build_features,
     make_text_featurizer,
 )
-from conductor_pipeline.world_model.persistence import load_world_model, save_world_model
 
 # --- the model ---------------------------------------------------------------------------------
 
@@ -221,15 +219,6 @@ class WorldModel:
         kept_names = [self.feature_names[i] for i in self.kept_columns]
         total = float(gains.sum()) or 1.0
         return dict(sorted(((n, float(g) / total) for n, g in zip(kept_names, gains)), key=lambda kv: -kv[1]))
-
-    def save(self, folder: str | Path) -> Path:
-        """Save as LightGBM model files plus JSON state and a manifest (`world_model.persistence`)."""
-        return save_world_model(self, folder)
-
-    @staticmethod
-    def load(folder: str | Path) -> WorldModel:
-        """Load a saved folder after checking its manifest; a pickle is refused, never loaded."""
-        return load_world_model(folder)
 
 
 def _subtask_rows(

@@ -23,7 +23,7 @@ import json
 import shutil
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightgbm as lgb
 import numpy as np
@@ -47,9 +47,7 @@ from conductor_pipeline.world_model.features import (
     TfidfSvdText,
     WorldModelSettings,
 )
-
-if TYPE_CHECKING:
-    from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.model import RegressorInfo, WorldModel
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -189,8 +187,6 @@ def refuse_pickle(path: Path) -> None:
 def load_world_model(folder: str | Path) -> WorldModel:
     """The world model saved in `folder`, after its manifest is checked (format version, feature
     list, every file's sha256); `WorldModelFileError` naming the file otherwise. A pickle is refused."""
-    from conductor_pipeline.world_model.model import RegressorInfo, WorldModel  # noqa: PLC0415 (model imports this module)
-
     folder = Path(folder)
     if folder.is_file():
         with folder.open("rb") as handle:

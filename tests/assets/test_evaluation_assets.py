@@ -36,7 +36,8 @@ from conductor_pipeline.records import CallRecord, stable_id
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
+from conductor_pipeline.world_model.model import fit_train_split_world_model
+from conductor_pipeline.world_model.persistence import load_world_model
 from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
@@ -196,7 +197,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert "gap to best single (train-chosen), pts" in tables["decomposition"]
 
     # The W that routed saw only train-split questions: the probed calibration questions, none of the slice.
-    routing_w = WorldModel.load(arms["world_model_path"])
+    routing_w = load_world_model(arms["world_model_path"])
     probed = set(store.query("SELECT DISTINCT question_id FROM calls WHERE kind = 'probe'")["question_id"])
     assert routing_w.training_question_ids == probed and arms["world_model_training_questions"] == len(probed)
     assert all(split_of(q) == "train" for q in routing_w.training_question_ids)

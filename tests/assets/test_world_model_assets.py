@@ -21,7 +21,7 @@ from assets.world_model import (
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.features import WorldModelSettings
-from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.persistence import load_world_model
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 from tests.builders import hostile_pickle, specialist_skill, synthetic_frame, synthetic_questions, synthetic_seats
@@ -66,7 +66,7 @@ def test_world_model_and_report_materialize_with_verdict(tmp_path: Path) -> None
     fitted = {k: v.value for k, v in result.asset_materializations_for_node("world_model")[0].metadata.items()}
     assert fitted["rows"] == 360 * 6  # the 20 transient calls are not training rows
     assert fitted["cost_model"].startswith("not trained")
-    model = WorldModel.load(fitted["model_path"])
+    model = load_world_model(fitted["model_path"])
     assert model.predict_success(synthetic_questions(2, seed=23), list(synthetic_seats())).shape == (2, 6)
 
     report = {k: v.value for k, v in result.asset_materializations_for_node("world_model_report")[0].metadata.items()}

@@ -13,7 +13,13 @@ import pytest
 
 from conductor_pipeline.world_model.features import TfidfSvdText
 from conductor_pipeline.world_model.model import WorldModel
-from conductor_pipeline.world_model.persistence import MANIFEST, STATE, WorldModelFileError
+from conductor_pipeline.world_model.persistence import (
+    MANIFEST,
+    STATE,
+    WorldModelFileError,
+    load_world_model,
+    save_world_model,
+)
 from tests.builders import (
     FAST_WORLD_MODEL,
     SYNTHETIC_WORKERS,
@@ -39,8 +45,8 @@ def priced_model() -> WorldModel:
 
 
 def test_a_saved_model_predicts_bit_for_bit_what_the_fitted_one_does(tmp_path: Path, priced_model: WorldModel) -> None:
-    folder = priced_model.save(tmp_path / "w")
-    loaded = WorldModel.load(folder)
+    folder = save_world_model(priced_model, tmp_path / "w")
+    loaded = load_world_model(folder)
     seats = list(synthetic_seats())
     for count in (3, 40):  # the small-batch text path and scikit-learn's
         questions = synthetic_questions(count, seed=20 + count)
@@ -53,43 +59,43 @@ def test_a_saved_model_predicts_bit_for_bit_what_the_fitted_one_does(tmp_path: P
 
 
 def test_saving_again_replaces_the_folder_whole(tmp_path: Path, priced_model: WorldModel) -> None:
-    folder = priced_model.save(tmp_path / "w")
+    folder = save_world_model(priced_model, tmp_path / "w")
     (folder / "stray.txt").write_text("left by nobody")
-    priced_model.save(folder)
+    save_world_model(priced_model, folder)
     assert not (folder / "stray.txt").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["w"]  # no staging or previous folder left behind
 
 
 def test_a_file_that_does_not_match_the_manifest_is_refused_by_name(tmp_path: Path, priced_model: WorldModel) -> None:
-    folder = priced_model.save(tmp_path / "w")
+    folder = save_world_model(priced_model, tmp_path / "w")
     booster = folder / "success.lgb"
     booster.write_text(booster.read_text().replace("leaf_value=", "leaf_value=9", 1))
     with pytest.raises(WorldModelFileError, match=str(booster)) as refused:
-        WorldModel.load(folder)
+        load_world_model(folder)
     assert "make run" in str(refused.value)
 
 
 def test_a_truncated_file_and_a_missing_manifest_are_refused(tmp_path: Path, priced_model: WorldModel) -> None:
-    folder = priced_model.save(tmp_path / "w")
+    folder = save_world_model(priced_model, tmp_path / "w")
     state = folder / STATE
     state.write_bytes(state.read_bytes()[:100])
     with pytest.raises(WorldModelFileError, match="truncated"):
-        WorldModel.load(folder)
+        load_world_model(folder)
     (folder / MANIFEST).unlink()
     with pytest.raises(WorldModelFileError, match="never completed"):
-        WorldModel.load(folder)
+        load_world_model(folder)
 
 
 def test_another_format_version_or_feature_list_is_refused(tmp_path: Path, priced_model: WorldModel) -> None:
-    folder = priced_model.save(tmp_path / "w")
+    folder = save_world_model(priced_model, tmp_path / "w")
     manifest_path = folder / MANIFEST
     original = json.loads(manifest_path.read_text())
     manifest_path.write_text(json.dumps({**original, "world_model_format": 99}))
     with pytest.raises(WorldModelFileError, match="format 99"):
-        WorldModel.load(folder)
+        load_world_model(folder)
     manifest_path.write_text(json.dumps({**original, "features": original["features"][1:]}))
     with pytest.raises(WorldModelFileError, match="features differ"):
-        WorldModel.load(folder)
+        load_world_model(folder)
 
 
 def test_a_malicious_pickle_at_the_old_path_is_never_executed(tmp_path: Path) -> None:
@@ -101,6 +107,6 @@ def test_a_malicious_pickle_at_the_old_path_is_never_executed(tmp_path: Path) ->
     assert marker.exists()
     marker.unlink()
     with pytest.raises(WorldModelFileError, match="pickled world model") as refused:
-        WorldModel.load(old)
+        load_world_model(old)
     assert "never loaded" in str(refused.value) and "make run" in str(refused.value)
     assert not marker.exists()

@@ -16,6 +16,7 @@ from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.evaluation import evaluate_world_model
 from conductor_pipeline.world_model.features import TfidfSvdText, build_features
 from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.persistence import load_world_model, save_world_model
 from conductor_pipeline.world_model.prompts_and_pruning import (
     audit_pruning,
     out_of_fold_prompt_success,
@@ -183,8 +184,8 @@ def test_pruning_skips_questions_w_predicts_everyone_or_no_one_solves() -> None:
 def test_save_load_roundtrip(tmp_path, fitted: WorldModel) -> None:
     questions = synthetic_questions(5, seed=11)
     before = fitted.predict_success(questions, list(synthetic_seats()))
-    path = fitted.save(tmp_path / "w" / "model")
-    loaded = WorldModel.load(path)
+    path = save_world_model(fitted, tmp_path / "w" / "model")
+    loaded = load_world_model(path)
     np.testing.assert_array_equal(loaded.predict_success(questions, list(synthetic_seats())), before)
     assert loaded.summary() == fitted.summary()
 

@@ -85,7 +85,7 @@ def render_block(record: Mapping) -> str:
     """The README block: one table of the run, tied to its commit and eval run id."""
     gate, warm, training = record["gate"], record["warm_start"], record["training"]
     arms = record["arms"]
-    conductors = [arm for arm in arms if arm.startswith("conductor:")]
+    conductors = sorted(arm for arm in arms if arm.startswith("conductor:"))
     lines = [
         f"From `make run` at commit `{record['commit']}` (eval run `{record['eval_run_id']}`, "
         f"{record['questions']} MATH level-5 eval questions); `make results` wrote this block from that run.",

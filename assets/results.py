@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -76,6 +76,11 @@ def _pct(value: object) -> str:
     return "n/a" if value is None else f"{float(value):.3f}"
 
 
+def trained_arms(arms: Sequence[str]) -> list[str]:
+    """The trained conductor arms: conductor arms that are neither a warm start nor a reordering."""
+    return [a for a in arms if a.startswith("conductor:") and "warm_start" not in a and "@" not in a]
+
+
 def paired_points(row: Mapping) -> str:
     """A paired difference in points with its interval: `+6.2 [+1.6, +11.2]`."""
     return f"{100 * row['difference']:+.1f} [{100 * row['difference_low']:+.1f}, {100 * row['difference_high']:+.1f}]"
@@ -93,7 +98,7 @@ def render_block(record: Mapping) -> str:
         "| arm | accuracy | parsed | against it, the trained conductor (pts, paired 95% CI) |",
         "|---|---:|---:|---|",
     ]
-    trained = next((a for a in conductors if "warm_start" not in a and "@shuffled" not in a), None)
+    trained = next(iter(trained_arms(conductors)), None)
     for arm in [*SHOWN_ARMS, *conductors]:
         if arm not in arms:
             continue

@@ -23,15 +23,15 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import latest_metadata
-from assets.results import paired_points, record_from_instance
+from assets.results import paired_points, record_from_instance, trained_arms
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.warehouse import Warehouse
 
 
 def trained_arm(arms: list[str]) -> str:
-    """The trained conductor's arm: a conductor arm that is neither the warm start nor a reordering."""
-    trained = [a for a in arms if a.startswith("conductor:") and "warm_start" not in a and "@" not in a]
+    """The run's one trained conductor arm."""
+    trained = trained_arms(arms)
     if len(trained) != 1:
         raise SystemExit(f"expected one trained conductor arm among {arms}")
     return trained[0]

@@ -77,7 +77,7 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
     """`steps` timed GRPO steps (after one warm-up step) of one path, on a copy of the source warehouse."""
     from transformers import TrainerCallback
 
-    from conductor_pipeline.conductor.prompt import read_trained_prompt
+    from conductor_pipeline.conductor.prompt import displayed_worker_names, read_trained_prompt
     from conductor_pipeline.pools.backends.registry import build_workers
     from conductor_pipeline.pools.config import load_pool
     from conductor_pipeline.training.dataset import build_training_set
@@ -137,7 +137,7 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
     )
     parse_started = time.perf_counter()
     for raw_text, catalogue in completions.iter_rows():
-        parse_code(raw_text, [f"Model {i}" for i in range(len(catalogue))])
+        parse_code(raw_text, displayed_worker_names(list(catalogue), naming))
     parse_seconds = (time.perf_counter() - parse_started) / max(steps, 1)
     return PathTiming(
         name, settings.rollouts_per_step, seconds, {p: v[1:] for p, v in phases.items()}, parse_seconds

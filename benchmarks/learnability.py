@@ -3,6 +3,7 @@ each trained by the project's own path (warm start, GRPO probe and gate, GRPO on
 real reward), to find where the CPU conductor stops learning and why.
 
     .venv/bin/python -m benchmarks.learnability [--rungs R1 R3] [--steps 150] [--group 8] [--questions 2]
+    .venv/bin/python -m benchmarks.learnability --rungs R5n --vote-payoff 2 4 6   # trains nothing
 
 Rungs (`RUNGS`): R1 one catalogue in the pool file's order (the policy need only learn a constant),
 R2 shuffled sub-pools with workers by name (the CPU default), R3 shuffled sub-pools with ordinal
@@ -16,6 +17,10 @@ pool with ordinal names and R5n by name (fan out and aggregate). Per rung it rep
   policy's reward per GRPO step;
 - where their steps went, by worker and by catalogue position, early and late in training;
 - how many rollouts it took to close half of the gap between the warm start and the static optimum.
+
+`--vote-payoff` trains nothing: on a vote-pool rung it prints what fanning out is worth on the
+training prompts (the best static single-worker policy against the best vote, by the smallest
+sub-pool a prompt shows), and each worker's and vote's accuracy on the training questions.
 
 It reads a finished default run (`make run`: the warehouse and its probes under the artifacts
 root), works on a copy under --workdir, and prints one markdown table and a JSON record per rung.
@@ -127,9 +132,11 @@ def static_optimum(
 # ---------------------------------------------------------------------------- the rung's runs
 
 
-def _materialize_training(rung: Rung, artifacts: Path, trainer: dict) -> dict[str, dict]:
+def _materialize_training(
+    rung: Rung, artifacts: Path, trainer: dict, only: Sequence[str] | None = None
+) -> dict[str, dict]:
     """The training chain (contested set, warm start, probe and its gate, GRPO) for one rung, as
-    `make run` would materialize it; returns each asset's metadata."""
+    `make run` would materialize it, or only the assets named in `only`; returns each asset's metadata."""
     import dagster as dg
 
     from assets.training import TRAINING_ASSETS, TRAINING_CHECKS, pass_rates
@@ -139,7 +146,7 @@ def _materialize_training(rung: Rung, artifacts: Path, trainer: dict) -> dict[st
 
     result = dg.materialize(
         [*TRAINING_ASSETS, *TRAINING_CHECKS, pass_rates],
-        selection=dg.AssetSelection.assets(*TRAINING_ASSETS),
+        selection=dg.AssetSelection.assets(*(TRAINING_ASSETS if only is None else [dg.AssetKey(a) for a in only])),
         resources={
             "warehouse": WarehouseResource(database=str(artifacts / "warehouse.duckdb"), artifacts_root=str(artifacts)),
             "pool": PoolResource(pool=rung.pool),
@@ -152,6 +159,21 @@ def _materialize_training(rung: Rung, artifacts: Path, trainer: dict) -> dict[st
         metadata[event.asset_key.to_user_string()] = {k: v.value for k, v in event.materialization.metadata.items()}
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     return {"assets": metadata, "checks": checks, "success": result.success}
+
+
+def _rung_artifacts(rung: Rung, source: Path, workdir: Path) -> Path:
+    """A fresh artifacts root for the rung under `workdir`: a copy of the source warehouse, with the
+    rung's pool probed when the source run did not probe it."""
+    from conductor_pipeline.pools.config import load_pool
+    from conductor_pipeline.warehouse import Warehouse
+
+    artifacts = workdir / rung.name
+    shutil.rmtree(artifacts, ignore_errors=True)
+    artifacts.mkdir(parents=True)
+    shutil.copy2(source / "warehouse.duckdb", artifacts / "warehouse.duckdb")
+    if Warehouse(artifacts / "warehouse.duckdb").query_file("pass_rates", {"pool": load_pool(rung.pool).name}).is_empty():
+        _probe_pool(rung.pool, artifacts)
+    return artifacts
 
 
 def _probe_pool(pool: str, artifacts: Path) -> None:
@@ -250,24 +272,86 @@ def rollouts_to_half_gap(step_rewards: Sequence[float], warm: float, optimum: fl
     return None
 
 
+def recorded_answers(store, pool) -> tuple[dict[tuple[str, str], tuple[str | None, bool]], list[str]]:
+    """Every probed (question, worker) -> (extracted answer, correct) of the pool, and its workers
+    ranked by train-split pass rate, best first."""
+    from conductor_pipeline.probing.pass_rates import pass_rate_table
+    from conductor_pipeline.splits import train_split_rows
+
+    answers = {
+        (r["question_id"], r["worker"]): (r["extracted_answer"], bool(r["correct"]))
+        for r in store.query_file("probe_answers", {"pool": pool.name}).iter_rows(named=True)
+    }
+    rates = train_split_rows(pass_rate_table(store, pool.name), pool.worker_names)
+    ranked = [w for w, _ in sorted(
+        ((w, rates.filter(rates["worker"] == w)["pass_rate"].mean()) for w in rates["worker"].unique().to_list()),
+        key=lambda item: (-item[1], item[0]),
+    )]
+    return answers, ranked
+
+
+def vote_payoff(rung: Rung, source: Path, workdir: Path, min_pool_sizes: Sequence[int]) -> str:
+    """What fanning out to the vote is worth on a vote-pool rung's training prompts, by the smallest
+    sub-pool shown (`min_pool_size`): the best static single-worker policy's expected reward against
+    the best vote over the k best shown, from the recordings; no policy is trained. Then the plain
+    accuracy of each worker and of the vote over the top k on the training questions, every seat shown."""
+    from conductor_pipeline.evaluation.vote import majority_index
+    from conductor_pipeline.pools.config import load_pool
+    from conductor_pipeline.training.dataset import build_training_set
+    from conductor_pipeline.training.settings import GRPOSettings
+    from conductor_pipeline.warehouse import Warehouse
+    from resources.trainer import TrainerResource
+
+    artifacts = _rung_artifacts(rung, source, workdir)
+    store = Warehouse(artifacts / "warehouse.duckdb")
+    pool = load_pool(rung.pool)
+    _materialize_training(rung, artifacts, dict(rung.trainer), only=("contested_set",))
+    trainer = TrainerResource(output_root=str(artifacts / "training"), **rung.trainer)
+    training = build_training_set(
+        store, pool, artifacts / "contested_set", naming=trainer.worker_naming, n_examples=0,
+        contested_subpools=trainer.contested_subpools,
+    )
+    answers, ranked = recorded_answers(store, pool)
+    aggregators = [seat.name for seat in pool.workers if seat.is_vote]
+    if not aggregators:
+        raise SystemExit(f"{rung.name} ({rung.pool}) has no vote seat")
+    lines = ["| smallest sub-pool | prompts showing the vote | best single order | best vote (k) | vote - single |",
+             "|---:|---:|---:|---:|---:|"]
+    for size in min_pool_sizes:
+        rows = training.prompt_rows(GRPOSettings.cpu_paper_profile(min_pool_size=size))
+        optimum = static_optimum(rows, answers, ranked, aggregators, "paper")
+        order = optimum["best_single_order"]
+        single = statistics.mean(
+            1.0 if answers[(row["question_id"], next(w for w in order if w in row["workers"]))][1] else 0.5
+            for row in rows
+        )
+        k, vote = max(optimum["vote_by_k"].items(), key=lambda item: item[1])
+        showing = sum(any(a in row["workers"] for a in aggregators) for row in rows)
+        lines.append(f"| {size} | {showing} of {len(rows)} | {single:.3f} | {vote:.3f} ({k}) | {vote - single:+.3f} |")
+    questions = sorted({q.question_id for q in training.questions})
+    solo = [w for w in ranked if w not in aggregators]
+    accuracy = {w: statistics.mean(answers[(q, w)][1] for q in questions) for w in solo}
+    for k in range(2, len(solo) + 1):
+        voted = [answers[(q, w)] for q in questions for w in solo[:k]]
+        accuracy[f"vote:top{k}"] = statistics.mean(
+            voted[i * k + majority_index([a for a, _ in voted[i * k:(i + 1) * k]])][1] for i in range(len(questions))
+        )
+    lines += ["", f"Accuracy on the {len(questions)} training questions, every seat shown:", "",
+              "| worker or vote | accuracy |", "|---|---:|", *(f"| {name} | {value:.3f} |" for name, value in accuracy.items())]
+    return "\n".join(lines)
+
+
 def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     from conductor_pipeline.pools.backends.registry import build_workers
     from conductor_pipeline.pools.config import load_pool
-    from conductor_pipeline.probing.pass_rates import pass_rate_table
-    from conductor_pipeline.splits import train_split_rows
     from conductor_pipeline.training.dataset import build_training_set
     from conductor_pipeline.training.rollouts import PoolExecutor
     from conductor_pipeline.warehouse import Warehouse
     from resources.trainer import TrainerResource
 
-    artifacts = workdir / rung.name
-    shutil.rmtree(artifacts, ignore_errors=True)
-    artifacts.mkdir(parents=True)
-    shutil.copy2(source / "warehouse.duckdb", artifacts / "warehouse.duckdb")
+    artifacts = _rung_artifacts(rung, source, workdir)
     store = Warehouse(artifacts / "warehouse.duckdb")
     pool = load_pool(rung.pool)
-    if store.query_file("pass_rates", {"pool": pool.name}).is_empty():
-        _probe_pool(rung.pool, artifacts)
     trainer_knobs = {**budget, **rung.trainer}
     started = time.monotonic()
     materialized = _materialize_training(rung, artifacts, trainer_knobs)
@@ -279,15 +363,7 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
         contested_subpools=trainer.contested_subpools, show_predicted_success=trainer.show_predicted_success,
     )
     rows = training.prompt_rows(settings)
-    answers = {
-        (r["question_id"], r["worker"]): (r["extracted_answer"], bool(r["correct"]))
-        for r in store.query_file("probe_answers", {"pool": pool.name}).iter_rows(named=True)
-    }
-    rates = train_split_rows(pass_rate_table(store, pool.name), pool.worker_names)
-    ranked = [w for w, _ in sorted(
-        ((w, rates.filter(rates["worker"] == w)["pass_rate"].mean()) for w in rates["worker"].unique().to_list()),
-        key=lambda item: (-item[1], item[0]),
-    )]
+    answers, ranked = recorded_answers(store, pool)
     aggregators = [seat.name for seat in pool.workers if seat.is_vote]
     optimum = static_optimum(rows, answers, ranked, aggregators, settings.reward_variant)
     record: dict[str, object] = {
@@ -393,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a trainer knob for every rung, e.g. --set reward_variant='\"strict\"'")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON records here")
+    parser.add_argument("--vote-payoff", nargs="+", type=int, metavar="MIN_POOL_SIZE", default=None,
+                        help="train nothing: what the vote is worth on each rung's training prompts, by smallest sub-pool")
     args = parser.parse_args(argv)
     make_reproducible(torch_threads=args.torch_threads)
     source = args.source or artifacts_root()
@@ -402,6 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.learning_rate is not None:
         budget["learning_rate"] = args.learning_rate
     budget.update((k, json.loads(v)) for k, v in (item.split("=", 1) for item in args.set))
+    if args.vote_payoff is not None:
+        for name in args.rungs:
+            print(f"\n{name}: {RUNGS[name].what}\n\n{vote_payoff(RUNGS[name], source, args.workdir, args.vote_payoff)}")
+        return 0
     records = []
     for name in args.rungs:
         record = run_rung(RUNGS[name], source, args.workdir, budget)

@@ -129,7 +129,8 @@ class GRPOSettings:
         "The last and most careful use of W (see `routing_bonus`); needs the pool's world model.", ge=0))
     randomize_pools: bool = field(default=True, metadata=_knob(
         "Show each training question a random subset of the pool (the paper's randomised pools)."))
-    min_pool_size: int = field(default=2, metadata=_help("Smallest random pool subset shown to the policy."))
+    min_pool_size: int = field(default=2, metadata=_knob(
+        "Smallest random pool subset shown to the policy (sizes are drawn uniformly from it to the pool's size).", ge=1))
     per_device_train_batch_size: int = field(default=8, metadata=_help(
         "Rollouts per forward/backward micro-batch; gradient accumulation makes up a full step."))
     num_processes: int = field(default=1, metadata=_help(

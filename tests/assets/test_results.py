@@ -23,7 +23,7 @@ from assets.results import (
     render_block,
     replace_block,
 )
-from tests.reliability.main_runs import DEFAULT_RUN_ONE_THREAD, RunFolder, run_to_end
+from tests.reliability.main_runs import DEFAULT_RUN, RunFolder, run_to_end
 
 # Figures of the record a fresh run must reproduce: all but the commit it was made at.
 NOT_REPRODUCED = ("commit",)
@@ -56,7 +56,7 @@ def test_replacing_the_block_keeps_the_rest_of_the_readme() -> None:
 @pytest.mark.slow
 def test_a_fresh_default_run_reproduces_the_record(tmp_path, default_run_data: None) -> None:
     folder = RunFolder(tmp_path).prepare()
-    run_to_end(folder, DEFAULT_RUN_ONE_THREAD, tmp_path / "run.log")
+    run_to_end(folder, DEFAULT_RUN, tmp_path / "run.log")
     with dg.DagsterInstance.from_config(str(folder.home)) as instance:
         fresh = record_from_instance(instance)
     recorded = json.loads(RECORD_PATH.read_text())

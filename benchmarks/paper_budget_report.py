@@ -8,8 +8,10 @@ warehouse and eval tables under the artifacts root they name, and prints the mar
 `benchmarks/RESULTS-paper-budget.md`'s section for that pool: the trained arm against the best
 single worker, its warm start, random routing and `vote:top5`, paired on the same questions; its
 fan-out share (`sql/workflow_fan_out.sql`) and cost per question against `vote:top5`'s; its order
-invariance. `--curves` copies the training run's curves (reward, routing signal, parse failures,
-fan-out share) to a PNG.
+invariance; and the learnability ladder's verdict on the training run's own rollouts (parse rate,
+parsed accuracy and, on a vote pool, fan-out share: the first quarter of its steps against the
+last). `--curves` copies the training run's curves (reward, routing signal, parse failures, fan-out
+share) to a PNG.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import polars as pl
 
 from assets.metadata import latest_metadata
 from assets.results import paired_points, record_from_instance, trained_arms
+from benchmarks.learnability import choices, verdict
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.warehouse import Warehouse
@@ -57,6 +60,11 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
         fan_out = f"{share['share'][0]:.3f} of {share['workflows'][0]} workflows" if share.height else "none parsed"
 
     training = record["training"]
+    rollouts = warehouse.query_file("rollout_choices", {"run_id": training["run_id"]})
+    last_step = int(rollouts["training_step"].max())
+    quarter = max(1, last_step // 4)
+    quarters = {"first_quarter": choices(rollouts, (1, quarter), {}),
+                "last_quarter": choices(rollouts, (last_step - quarter + 1, last_step), {})}
     lines = [
         f"### {pool_name}",
         "",
@@ -78,6 +86,21 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
     for row in record["order_agreement"]:
         lines.append(f"Catalogue shuffled per question (`{row['arm']}`): {row['same_final_worker']:.3f} of "
                      f"{row['both_parsed']} questions went to the same final worker.")
+    first, last = quarters["first_quarter"], quarters["last_quarter"]
+    lines += [
+        "",
+        f"Training rollouts, first quarter of the steps -> last ({first['rollouts']:,} rollouts each): parse rate "
+        f"{first['parse_rate']:.2f} -> {last['parse_rate']:.2f}, parsed accuracy {first['parsed_accuracy']:.2f} -> "
+        f"{last['parsed_accuracy']:.2f}; the ladder's verdict: {verdict(quarters)}.",
+    ]
+    if aggregators:
+        flags = warehouse.query_file("workflow_fan_out", {"run_id": training["run_id"], "aggregators": aggregators})
+        share = {
+            name: flags.filter(pl.col("step").is_between(*steps))["fans_out"].mean()
+            for name, steps in (("first", (1, quarter)), ("last", (last_step - quarter + 1, last_step)))
+        }
+        lines.append(f"Training rollouts that fanned out and aggregated: {share['first']:.3f} of the first quarter's, "
+                     f"{share['last']:.3f} of the last quarter's.")
     checkpoint = latest_metadata(instance, "conductor_checkpoint") or {}
     curves = checkpoint.get("curves_path")
     return "\n".join(lines), Path(str(curves.value)) if curves is not None else None

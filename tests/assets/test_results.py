@@ -27,6 +27,20 @@ from tests.reliability.main_runs import DEFAULT_RUN, RunFolder, run_to_end
 
 # Figures of the record a fresh run must reproduce: all but the commit it was made at.
 NOT_REPRODUCED = ("commit",)
+# Significant digits a reproduced float must match: two fresh runs of the same commit agree on every
+# figure but the last bits of the warm start's chi-square p-value (0.5450404161506501 and ...504).
+REPRODUCED_DIGITS = 12
+
+
+def _to_digits(value: object) -> object:
+    """`value` (the record's JSON) with every float rounded to REPRODUCED_DIGITS significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.{REPRODUCED_DIGITS}g}")
+    if isinstance(value, dict):
+        return {key: _to_digits(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_digits(item) for item in value]
+    return value
 
 
 def test_the_readme_block_is_the_recorded_runs() -> None:
@@ -62,4 +76,4 @@ def test_a_fresh_default_run_reproduces_the_record(tmp_path, default_run_data: N
     recorded = json.loads(RECORD_PATH.read_text())
     for key in NOT_REPRODUCED:
         fresh.pop(key), recorded.pop(key)
-    assert json.loads(json.dumps(fresh)) == recorded
+    assert _to_digits(json.loads(json.dumps(fresh))) == _to_digits(recorded)

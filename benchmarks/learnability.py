@@ -126,7 +126,10 @@ def static_optimum(
         k_best = max(votes, key=votes.get)
         if votes[k_best] > best["reward"]:
             best = {"policy": f"vote over the best {k_best} shown (else the best shown)", "reward": votes[k_best]}
-    return {**best, "best_single_order": list(best_order), "vote_by_k": votes, "uniform_over_shown": uniform}
+    return {
+        **best, "best_single_order": list(best_order), "best_single_reward": by_order[best_order], "vote_by_k": votes,
+        "uniform_over_shown": uniform,
+    }
 
 
 # ---------------------------------------------------------------------------- the rung's runs
@@ -217,7 +220,14 @@ def paired_difference(first: Sequence[Sequence[float]], second: Sequence[Sequenc
             "low": float(low), "high": float(high)}
 
 
-def choices(frame, steps: tuple[int, int], answers: Mapping) -> dict[str, object]:
+def quarter_steps(frame) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The first and last quarter of a run's training steps (inclusive bounds), from its rollouts."""
+    last = int(frame["training_step"].max())
+    quarter = max(1, last // 4)
+    return (1, quarter), (last - quarter + 1, last)
+
+
+def choices(frame, steps: tuple[int, int]) -> dict[str, object]:
     """Parse rate, the parsed rollouts' final workers by identity and by catalogue position, and
     their accuracy, over the rollouts of the steps in `steps` (inclusive)."""
     part = frame.filter((frame["training_step"] >= steps[0]) & (frame["training_step"] <= steps[1]))
@@ -320,11 +330,7 @@ def vote_payoff(rung: Rung, source: Path, workdir: Path, min_pool_sizes: Sequenc
     for size in min_pool_sizes:
         rows = training.prompt_rows(GRPOSettings.cpu_paper_profile(min_pool_size=size))
         optimum = static_optimum(rows, answers, ranked, aggregators, "paper")
-        order = optimum["best_single_order"]
-        single = statistics.mean(
-            1.0 if answers[(row["question_id"], next(w for w in order if w in row["workers"]))][1] else 0.5
-            for row in rows
-        )
+        single = optimum["best_single_reward"]
         k, vote = max(optimum["vote_by_k"].items(), key=lambda item: item[1])
         showing = sum(any(a in row["workers"] for a in aggregators) for row in rows)
         lines.append(f"| {size} | {showing} of {len(rows)} | {single:.3f} | {vote:.3f} ({k}) | {vote - single:+.3f} |")
@@ -332,10 +338,11 @@ def vote_payoff(rung: Rung, source: Path, workdir: Path, min_pool_sizes: Sequenc
     solo = [w for w in ranked if w not in aggregators]
     accuracy = {w: statistics.mean(answers[(q, w)][1] for q in questions) for w in solo}
     for k in range(2, len(solo) + 1):
-        voted = [answers[(q, w)] for q in questions for w in solo[:k]]
-        accuracy[f"vote:top{k}"] = statistics.mean(
-            voted[i * k + majority_index([a for a, _ in voted[i * k:(i + 1) * k]])][1] for i in range(len(questions))
-        )
+        right = []
+        for question in questions:
+            voters = [answers[(question, w)] for w in solo[:k]]
+            right.append(voters[majority_index([answer for answer, _ in voters])][1])
+        accuracy[f"vote:top{k}"] = statistics.mean(right)
     lines += ["", f"Accuracy on the {len(questions)} training questions, every seat shown:", "",
               "| worker or vote | accuracy |", "|---|---:|", *(f"| {name} | {value:.3f} |" for name, value in accuracy.items())]
     return "\n".join(lines)
@@ -384,8 +391,8 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     trained = evaluate_policy(Path(checkpoint["checkpoint_path"]), fixed, executor, settings)
     per_step = settings.rollouts_per_step
     frame = store.query_file("rollout_choices", {"run_id": run_id})
-    last = int(frame["training_step"].max())
-    quarter = max(1, last // 4)
+    first_steps, last_steps = quarter_steps(frame)
+    last = last_steps[1]
     fixed_static = static_optimum(fixed, answers, ranked, aggregators, settings.reward_variant)
     record.update(
         run_id=run_id, steps=last, rollouts=last * per_step, grpo_seconds=checkpoint.get("elapsed_s"),
@@ -394,7 +401,7 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
             "prompts": len(fixed), "samples": EVAL_SAMPLES, "static_optimum": fixed_static["reward"],
             "uniform_over_shown": fixed_static["uniform_over_shown"], **paired_difference(warm, trained),
         },
-        first_quarter=choices(frame, (1, quarter), answers), last_quarter=choices(frame, (last - quarter + 1, last), answers),
+        first_quarter=choices(frame, first_steps), last_quarter=choices(frame, last_steps),
         loop_checks=mapping_and_shuffle_checks(frame, answers),
         rollouts_to_half_gap=rollouts_to_half_gap(
             step_rewards, statistics.mean(map(np.mean, warm)), optimum["reward"], per_step

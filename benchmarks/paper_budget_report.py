@@ -26,7 +26,7 @@ import polars as pl
 
 from assets.metadata import latest_metadata
 from assets.results import paired_points, record_from_instance, trained_arms
-from benchmarks.learnability import choices, verdict
+from benchmarks.learnability import choices, quarter_steps, verdict
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.warehouse import Warehouse
@@ -61,10 +61,8 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
 
     training = record["training"]
     rollouts = warehouse.query_file("rollout_choices", {"run_id": training["run_id"]})
-    last_step = int(rollouts["training_step"].max())
-    quarter = max(1, last_step // 4)
-    quarters = {"first_quarter": choices(rollouts, (1, quarter), {}),
-                "last_quarter": choices(rollouts, (last_step - quarter + 1, last_step), {})}
+    first_steps, last_steps = quarter_steps(rollouts)
+    quarters = {"first_quarter": choices(rollouts, first_steps), "last_quarter": choices(rollouts, last_steps)}
     lines = [
         f"### {pool_name}",
         "",
@@ -97,7 +95,7 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
         flags = warehouse.query_file("workflow_fan_out", {"run_id": training["run_id"], "aggregators": aggregators})
         share = {
             name: flags.filter(pl.col("step").is_between(*steps))["fans_out"].mean()
-            for name, steps in (("first", (1, quarter)), ("last", (last_step - quarter + 1, last_step)))
+            for name, steps in (("first", first_steps), ("last", last_steps))
         }
         lines.append(f"Training rollouts that fanned out and aggregated: {share['first']:.3f} of the first quarter's, "
                      f"{share['last']:.3f} of the last quarter's.")

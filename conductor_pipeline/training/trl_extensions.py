@@ -13,10 +13,12 @@
    transformers path runs every rollout's prompt through the model twice, once to sample and once in
    the loss. Here sampling goes through TRL's `rollout_func` hook (`conductor.generation.sample_rows`
    runs each distinct prompt once), and the loss (`_get_per_token_logps_and_entropies`, the one method
-   TRL computes log-probabilities in) runs each distinct prompt once, copies its key-value cache to the
-   rows that share it and runs only the completions after it; the gradient flows through the copies
-   back to the one prompt computation, so loss and gradients are TRL's own up to the order of float
-   sums (a test checks). It covers text-only prompts on the transformers path; anything else (images,
+   TRL computes log-probabilities in) runs each distinct prompt once, then only the completions after
+   it, with the rows grouped by prompt: each layer's cache (`SharedPromptLayer`) hands a prompt's keys
+   and values to its rows in one broadcast copy, and its backward sums the rows' gradients back into
+   the one prompt computation (torch's own index and cat backward scatter element by element on a
+   CPU, a quarter of the loss's time). Loss and gradients are TRL's own up to the order of float sums
+   (a test checks, for whole groups and for a micro-batch holding part of some). It covers text-only prompts on the transformers path; anything else (images,
    vLLM, gradient checkpointing, which drops the prompt's cache, a repetition penalty) runs TRL's code.
 
 `SUPPORTED_TRL` is checked when the trainer is built, and a test fails on any other release.
@@ -28,6 +30,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 from trl import GRPOTrainer
 
 from conductor_pipeline.conductor.generation import WarpedSampler, sample_rows
@@ -87,7 +92,6 @@ def shares_prompts(trainer: GRPOTrainer) -> bool:
 
 def shared_prompt_rollout(prompts: list, trainer: GRPOTrainer) -> dict[str, Any]:
     """TRL's `rollout_func`: tokenize the prompts as TRL does and sample each after its shared prompt."""
-    import torch
 
     tokenizer = trainer.processing_class
     if prompts and isinstance(prompts[0], list):  # conversational: the chat template TRL applies
@@ -126,8 +130,6 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal,
             )
-        import torch
-
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
@@ -148,23 +150,71 @@ def completion_logps_after_shared_prompts(model: Any, input_ids: Any, attention_
 
     The prompt's last token is fed with the completion, so the prompt pass stops one token short and
     the completion pass yields exactly one hidden state per completion token. Positions are the plain
-    0..n-1 of TRL's own forward pass.
+    0..n-1 of TRL's own forward pass. The completion pass runs the rows grouped by prompt (TRL shuffles
+    them), so that each prompt's keys and values reach its rows as one broadcast copy
+    (`SharedPromptLayer`); the outputs come back in the caller's row order.
     """
-    import torch
-    from transformers import DynamicCache
-
     prompt_length = input_ids.size(1) - completion_length
     prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], dim=1)
     distinct, row_to_prompt = torch.unique(prompts, dim=0, return_inverse=True)
+    by_prompt = torch.argsort(row_to_prompt, stable=True)
+    rows_per_prompt = torch.bincount(row_to_prompt, minlength=distinct.size(0)).tolist()
     cache = DynamicCache()
     model(
         input_ids=distinct[:, : prompt_length - 1], attention_mask=distinct[:, prompt_length : 2 * prompt_length - 1],
         cache=cache, use_cache=True, logits_to_keep=1,
     )
-    cache.batch_select_indices(row_to_prompt)  # differentiable: each copy's gradient reaches its prompt
+    cache.layers = [SharedPromptLayer(layer.keys, layer.values, rows_per_prompt) for layer in cache.layers]
+    input_ids, attention_mask = input_ids[by_prompt], attention_mask[by_prompt]
     completion_mask = attention_mask[:, prompt_length:]
     outputs = model(
         input_ids=input_ids[:, prompt_length - 1 : -1], attention_mask=attention_mask[:, :-1], cache=cache,
         shift_labels=input_ids[:, prompt_length:].masked_fill(completion_mask == 0, -100), fused_lm_head=True,
     )
-    return outputs.log_probs, outputs.entropy
+    caller_order = torch.argsort(by_prompt)
+    entropy = None if outputs.entropy is None else outputs.entropy[caller_order]
+    return outputs.log_probs[caller_order], entropy
+
+
+class RepeatPromptsThenAppend(torch.autograd.Function):
+    """`cat([prompts.repeat_interleave(rows_per_prompt, 0), new], dim=-2)` in one copy, whose backward
+    sums each prompt's rows (a plain index or cat backward on a CPU scatters element by element)."""
+
+    @staticmethod
+    def forward(ctx, prompts, new, rows_per_prompt):
+        length = prompts.size(-2)
+        out = new.new_empty(new.size(0), new.size(1), length + new.size(2), new.size(3))
+        out[:, :, length:].copy_(new)
+        for prompt, rows in zip(prompts, _row_ranges(rows_per_prompt)):
+            out[rows, :, :length].copy_(prompt)
+        ctx.length, ctx.rows_per_prompt = length, rows_per_prompt
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        length = ctx.length
+        prompt_grad = torch.stack([grad[rows, :, :length].sum(0) for rows in _row_ranges(ctx.rows_per_prompt)])
+        return prompt_grad, grad[:, :, length:], None
+
+
+def _row_ranges(rows_per_prompt: list[int]) -> Iterator[slice]:
+    start = 0
+    for count in rows_per_prompt:
+        yield slice(start, start + count)
+        start += count
+
+
+class SharedPromptLayer(DynamicLayer):
+    """A key-value cache layer holding each distinct prompt once, for rows grouped by prompt: the
+    completion pass's `update` returns, per row, its prompt's states followed by the row's own."""
+
+    def __init__(self, prompt_keys: torch.Tensor, prompt_values: torch.Tensor, rows_per_prompt: list[int]):
+        super().__init__()
+        self.lazy_initialization(prompt_keys, prompt_values)
+        self.keys, self.values = prompt_keys, prompt_values
+        self.prompt_keys, self.prompt_values, self.rows_per_prompt = prompt_keys, prompt_values, rows_per_prompt
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        self.keys = RepeatPromptsThenAppend.apply(self.prompt_keys, key_states, self.rows_per_prompt)
+        self.values = RepeatPromptsThenAppend.apply(self.prompt_values, value_states, self.rows_per_prompt)
+        return self.keys, self.values

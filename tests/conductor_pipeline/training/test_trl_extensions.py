@@ -85,7 +85,8 @@ def _loss_and_gradients(trainer, batch):
     return loss.detach(), {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
 
 
-def test_the_shared_prompt_loss_and_gradients_are_trls_own(model_path, tmp_path):
+@pytest.mark.parametrize("rows", [None, 7], ids=["whole groups", "a micro-batch with unequal groups"])
+def test_the_shared_prompt_loss_and_gradients_are_trls_own(model_path, tmp_path, rows):
     import torch
     from trl import GRPOTrainer
 
@@ -93,6 +94,11 @@ def test_the_shared_prompt_loss_and_gradients_are_trls_own(model_path, tmp_path)
     ours = _trainer(SharedPromptGRPOTrainer, model_path, tmp_path / "shared")
     assert shares_prompts(ours) and ours.rollout_func is not None
     batch = _batch(ours.processing_class.pad_token_id)
+    if rows is not None:  # the first rows of a shuffled generation batch: 1-4 rollouts of each prompt
+        batch = {key: value if value.dim() == 0 else value[:rows] for key, value in batch.items()}
+        batch["num_items_in_batch"] = batch["completion_mask"].sum()
+        counts = torch.unique(batch["prompt_ids"], dim=0, return_counts=True)[1]
+        assert len(set(counts.tolist())) > 1
     with labelled_positions_only():
         expected_loss, expected = _loss_and_gradients(theirs, batch)
         loss, gradients = _loss_and_gradients(ours, batch)

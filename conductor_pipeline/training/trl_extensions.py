@@ -39,6 +39,9 @@ from conductor_pipeline.conductor.generation import WarpedSampler, sample_rows
 
 # The TRL release this module was written against (its GRPOTrainer internals are not an API).
 SUPPORTED_TRL = "1.16."
+# Rows per completion pass of the shared-prompt loss: passes of rows of similar length, each cut to
+# its longest completion (fewer, wider passes pay for padding; more pay a pass's fixed cost).
+ROWS_PER_COMPLETION_PASS = 32
 
 
 def check_trl_version() -> None:
@@ -150,30 +153,46 @@ def completion_logps_after_shared_prompts(model: Any, input_ids: Any, attention_
 
     The prompt's last token is fed with the completion, so the prompt pass stops one token short and
     the completion pass yields exactly one hidden state per completion token. Positions are the plain
-    0..n-1 of TRL's own forward pass. The completion pass runs the rows grouped by prompt (TRL shuffles
-    them), so that each prompt's keys and values reach its rows as one broadcast copy
-    (`SharedPromptLayer`); the outputs come back in the caller's row order.
+    0..n-1 of TRL's own forward pass. The completions run in passes of `ROWS_PER_COMPLETION_PASS` rows
+    of similar length, each cut to its longest completion (TRL pads every row to the batch's longest;
+    a cut position has no label, so its log-probability is the zero TRL's head gives it). Within a
+    pass the rows are grouped by prompt, so that each prompt's keys and values reach its rows as one
+    broadcast copy (`SharedPromptLayer`). The outputs come back in the caller's row order.
     """
     prompt_length = input_ids.size(1) - completion_length
     prompts = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], dim=1)
     distinct, row_to_prompt = torch.unique(prompts, dim=0, return_inverse=True)
-    by_prompt = torch.argsort(row_to_prompt, stable=True)
-    rows_per_prompt = torch.bincount(row_to_prompt, minlength=distinct.size(0)).tolist()
     cache = DynamicCache()
     model(
         input_ids=distinct[:, : prompt_length - 1], attention_mask=distinct[:, prompt_length : 2 * prompt_length - 1],
         cache=cache, use_cache=True, logits_to_keep=1,
     )
-    cache.layers = [SharedPromptLayer(layer.keys, layer.values, rows_per_prompt) for layer in cache.layers]
-    input_ids, attention_mask = input_ids[by_prompt], attention_mask[by_prompt]
+    prompt_states = [(layer.keys, layer.values) for layer in cache.layers]
     completion_mask = attention_mask[:, prompt_length:]
-    outputs = model(
-        input_ids=input_ids[:, prompt_length - 1 : -1], attention_mask=attention_mask[:, :-1], cache=cache,
-        shift_labels=input_ids[:, prompt_length:].masked_fill(completion_mask == 0, -100), fused_lm_head=True,
-    )
-    caller_order = torch.argsort(by_prompt)
-    entropy = None if outputs.entropy is None else outputs.entropy[caller_order]
-    return outputs.log_probs[caller_order], entropy
+    positions = torch.arange(1, completion_length + 1, device=input_ids.device)
+    lengths = (completion_mask * positions).amax(dim=1)  # up to each row's last unmasked token
+    by_length = torch.argsort(lengths, stable=True)
+    passes, pass_rows = [], []
+    for start in range(0, input_ids.size(0), ROWS_PER_COMPLETION_PASS):
+        rows = by_length[start:start + ROWS_PER_COMPLETION_PASS]
+        rows = rows[torch.argsort(row_to_prompt[rows], stable=True)]
+        width = max(int(lengths[rows].max()), 1)
+        rows_per_prompt = torch.bincount(row_to_prompt[rows], minlength=distinct.size(0)).tolist()
+        pass_cache = DynamicCache()
+        pass_cache.layers = [SharedPromptLayer(keys, values, rows_per_prompt) for keys, values in prompt_states]
+        ids, mask = input_ids[rows, : prompt_length + width], attention_mask[rows, : prompt_length + width]
+        outputs = model(
+            input_ids=ids[:, prompt_length - 1 : -1], attention_mask=mask[:, :-1], cache=pass_cache,
+            shift_labels=ids[:, prompt_length:].masked_fill(mask[:, prompt_length:] == 0, -100), fused_lm_head=True,
+        )
+        cut = (0, completion_length - width)
+        entropy = None if outputs.entropy is None else torch.nn.functional.pad(outputs.entropy, cut)
+        passes.append((torch.nn.functional.pad(outputs.log_probs, cut), entropy))
+        pass_rows.append(rows)
+    caller_order = torch.argsort(torch.cat(pass_rows))
+    log_probs = torch.cat([logps for logps, _ in passes])[caller_order]
+    entropies = [entropy for _, entropy in passes]
+    return log_probs, None if entropies[0] is None else torch.cat(entropies)[caller_order]
 
 
 class RepeatPromptsThenAppend(torch.autograd.Function):

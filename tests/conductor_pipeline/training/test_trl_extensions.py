@@ -11,6 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
+from conductor_pipeline.training import trl_extensions
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.training.trl_extensions import (
@@ -85,11 +86,15 @@ def _loss_and_gradients(trainer, batch):
     return loss.detach(), {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("rows", [None, 7], ids=["whole groups", "a micro-batch with unequal groups"])
-def test_the_shared_prompt_loss_and_gradients_are_trls_own(model_path, tmp_path, rows):
+@pytest.mark.parametrize(
+    ("rows", "rows_per_pass"), [(None, 32), (7, 32), (None, 5)],
+    ids=["whole groups", "a micro-batch with unequal groups", "passes of unequal lengths"],
+)
+def test_the_shared_prompt_loss_and_gradients_are_trls_own(model_path, tmp_path, monkeypatch, rows, rows_per_pass):
     import torch
     from trl import GRPOTrainer
 
+    monkeypatch.setattr(trl_extensions, "ROWS_PER_COMPLETION_PASS", rows_per_pass)
     theirs = _trainer(GRPOTrainer, model_path, tmp_path / "trl")
     ours = _trainer(SharedPromptGRPOTrainer, model_path, tmp_path / "shared")
     assert shares_prompts(ours) and ours.rollout_func is not None

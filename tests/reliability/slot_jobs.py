@@ -26,10 +26,17 @@ from assets.main import _interrupt
 POOL = "gpu"
 
 
+def say(line: str) -> None:
+    """One marker line in one write: a print writes the text and its newline apart, and Dagster's log
+    lines, on the same file, can land between them and run into the marker."""
+    sys.stdout.write(f"{line}\n")
+    sys.stdout.flush()
+
+
 def gpu_job(release: Path) -> dg.JobDefinition:
     @dg.asset(pool=POOL)
     def gpu_step() -> None:
-        print(f"STEP-STARTED {os.getpid()}", flush=True)
+        say(f"STEP-STARTED {os.getpid()}")
         while not release.exists():
             time.sleep(0.1)
 
@@ -44,13 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     job = gpu_job(args.release_file)
     run_id = str(uuid.uuid4())
-    print(f"RUN {run_id}", flush=True)
+    say(f"RUN {run_id}")
     instance = dg.DagsterInstance.get()
-    with SlotWaitMonitor(instance, run_id, lambda line: print(line, flush=True), every_s=1.0).watching() as monitor:
+    with SlotWaitMonitor(instance, run_id, say, every_s=1.0).watching() as monitor:
         result = job.execute_in_process(
             instance=instance, run_id=run_id, tags=process_tags() if args.tagged else {}, raise_on_error=False
         )
-    print(f"RESULT {result.success} {monitor.signal}", flush=True)
+    say(f"RESULT {result.success} {monitor.signal}")
     if monitor.signal is not None:
         return 130
     return 0 if result.success else 1

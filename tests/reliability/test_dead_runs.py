@@ -56,7 +56,7 @@ class Job:
 
     @property
     def run_id(self) -> str:
-        return self.wait_for(r"RUN (\S+)")[1]
+        return self.wait_for(r"RUN (\S+)\n")[1]
 
     def finish(self, timeout: float = WAIT_S) -> int:
         self.release.touch()
@@ -95,7 +95,7 @@ def test_a_run_killed_mid_step_is_marked_failed_naming_its_process_and_its_slot_
     env: dict[str, str], tmp_path: Path, tagged: bool
 ) -> None:
     holder = Job(env, tmp_path, "holder", tagged=tagged)
-    pid = int(holder.wait_for(r"STEP-STARTED (\d+)")[1])
+    pid = int(holder.wait_for(r"STEP-STARTED (\d+)\n")[1])
     os.killpg(holder.process.pid, signal.SIGKILL)
     holder.process.wait()
     with instance_at(env) as instance:
@@ -121,7 +121,7 @@ def test_a_live_run_is_left_alone(env: dict[str, str], tmp_path: Path) -> None:
 
 def test_a_waiting_step_says_who_holds_the_slot_and_goes_on_when_the_holder_dies(env: dict[str, str], tmp_path: Path) -> None:
     holder = Job(env, tmp_path, "holder")
-    holder_pid = int(holder.wait_for(r"STEP-STARTED (\d+)")[1])
+    holder_pid = int(holder.wait_for(r"STEP-STARTED (\d+)\n")[1])
     waiter = Job(env, tmp_path, "waiter")
     waiter.release.touch()  # once it gets the slot, its step ends at once
     said = waiter.wait_for(r"step gpu_step has waited \d+s for a slot of pool 'gpu', held by run (\S+) \(gpu_job, "
@@ -170,7 +170,7 @@ def test_make_run_frees_a_dead_runs_slot_before_it_plans_anything(
     """The reported case: a run killed mid-step in pool `gpu` (untagged, as every run was before)
     holds its slot; the next `python -m assets.main` says so, fails that run and frees the slot."""
     holder = Job(env, tmp_path, "holder", tagged=False)
-    pid = int(holder.wait_for(r"STEP-STARTED (\d+)")[1])
+    pid = int(holder.wait_for(r"STEP-STARTED (\d+)\n")[1])
     os.killpg(holder.process.pid, signal.SIGKILL)
     holder.process.wait()
     done = subprocess.run([sys.executable, "-m", "assets.main", "--only", "corpora_job"], cwd=PROJECT_ROOT,

@@ -38,12 +38,22 @@ def _value(metadata: Mapping | None, key: str) -> object:
     return None if entry is None else entry.value
 
 
-def record_from_instance(instance: dg.DagsterInstance) -> dict[str, object]:
-    """The figures of the latest default run: the gate, the warm start, training and the eval tables."""
-    tables = latest_metadata(instance, "eval_tables")
-    if tables is None:
-        raise SystemExit("no eval_tables materialization in $DAGSTER_HOME: run `make run` first")
-    event = instance.get_latest_materialization_event(dg.AssetKey("eval_tables"))
+def eval_tables_event(instance: dg.DagsterInstance, pool: str | None = None) -> dg.EventLogEntry:
+    """The latest `eval_tables` materialization, or with `pool` the latest of a run tagged with that
+    pool: an instance that also evaluated a checkpoint on other pool files holds those evals too."""
+    for record in instance.fetch_materializations(dg.AssetKey("eval_tables"), limit=1000, ascending=False).records:
+        run = instance.get_run_by_id(record.run_id)
+        if pool is None or (run is not None and run.tags.get("pool") == pool):
+            return record.event_log_entry
+    where = "" if pool is None else f" of a run on pool {pool!r}"
+    raise SystemExit(f"no eval_tables materialization{where} in $DAGSTER_HOME: run `make run` first")
+
+
+def record_from_instance(instance: dg.DagsterInstance, pool: str | None = None) -> dict[str, object]:
+    """The figures of the latest default run (with `pool`, of the latest eval on that pool): the gate,
+    the warm start, training and the eval tables."""
+    event = eval_tables_event(instance, pool)
+    tables = event.asset_materialization.metadata
     run = instance.get_run_by_id(event.run_id)
     run_id, folder = str(_value(tables, "run_id")), Path(str(_value(tables, "tables_dir")))
     arms = pl.read_parquet(folder / f"{run_id}_arms.parquet")

@@ -3,15 +3,17 @@
     CORYPHAEUS_TRAINER_PROFILE=cpu-paper .venv/bin/python -m assets.main --pool POOL --torch-threads 1
     .venv/bin/python -m benchmarks.paper_budget_report --pool POOL [--home DAGSTER_HOME] [--curves OUT.png]
 
-It reads the run's latest materializations (the instance in `--home`, default $DAGSTER_HOME) and the
+It reads the run's latest materializations (the instance in `--home`, default $DAGSTER_HOME; the eval
+is the latest on POOL, so evals of the checkpoint on other pool files do not stand in for it) and the
 warehouse and eval tables under the artifacts root they name, and prints the markdown of
 `benchmarks/RESULTS-paper-budget.md`'s section for that pool: the trained arm against the best
 single worker, its warm start, random routing and `vote:top5`, paired on the same questions; its
 fan-out share (`sql/workflow_fan_out.sql`) and cost per question against `vote:top5`'s; its order
 invariance; and the learnability ladder's verdict on the training run's own rollouts (parse rate,
 parsed accuracy and, on a vote pool, fan-out share: the first quarter of its steps against the
-last). `--curves` copies the training run's curves (reward, routing signal, parse failures, fan-out
-share) to a PNG.
+last), and whether it reads the catalogue's membership: the parse rate of rollouts whose catalogue
+shows the run's favourite final worker against those whose catalogue does not. `--curves` copies
+the training run's curves (reward, routing signal, parse failures, fan-out share) to a PNG.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import latest_metadata
-from assets.results import paired_points, record_from_instance, trained_arms
-from benchmarks.learnability import choices, quarter_steps, verdict
+from assets.results import eval_tables_event, paired_points, record_from_instance, trained_arms
+from benchmarks.learnability import choices, favourite_shown_or_not, quarter_steps, verdict
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.warehouse import Warehouse
@@ -40,9 +42,13 @@ def trained_arm(arms: list[str]) -> str:
     return trained[0]
 
 
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | None]:
-    record = record_from_instance(instance)
-    tables = latest_metadata(instance, "eval_tables")
+    record = record_from_instance(instance, pool_name)
+    tables = eval_tables_event(instance, pool_name).asset_materialization.metadata
     folder = Path(str(tables["tables_dir"].value))
     run_id = record["eval_run_id"]
     arms = pl.read_parquet(folder / f"{run_id}_arms.parquet")
@@ -91,6 +97,17 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
         f"{first['parse_rate']:.2f} -> {last['parse_rate']:.2f}, parsed accuracy {first['parsed_accuracy']:.2f} -> "
         f"{last['parsed_accuracy']:.2f}; the ladder's verdict: {verdict(quarters)}.",
     ]
+    for name, steps in (("first", first_steps), ("last", last_steps)):
+        split = favourite_shown_or_not(rollouts, steps)
+        if split["favourite"] is None:
+            continue
+        shown, hidden = split["shown"], split["not_shown"]
+        lines.append(
+            f"{name.capitalize()} quarter's favourite final worker, `{split['favourite']}`: parse rate "
+            f"{_rate(shown['parse_rate'])} of {shown['rollouts']:,} rollouts whose catalogue shows it, "
+            f"{_rate(hidden['parse_rate'])} of {hidden['rollouts']:,} whose catalogue does not "
+            f"(`unknown_worker` there: {_rate(hidden['unknown_worker_share'])})."
+        )
     if aggregators:
         flags = warehouse.query_file("workflow_fan_out", {"run_id": training["run_id"], "aggregators": aggregators})
         share = {

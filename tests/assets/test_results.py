@@ -18,6 +18,7 @@ from assets.results import (
     END,
     README_PATH,
     RECORD_PATH,
+    eval_tables_event,
     readme_block,
     record_from_instance,
     render_block,
@@ -41,6 +42,25 @@ def _to_digits(value: object) -> object:
     if isinstance(value, list):
         return [_to_digits(item) for item in value]
     return value
+
+
+def test_the_eval_of_a_pool_is_found_past_later_evals_on_other_pool_files() -> None:
+    """A checkpoint evaluated on held-out pool files in the same instance writes later `eval_tables`
+    materializations; the report on the training pool must still read that pool's eval."""
+
+    @dg.asset(name="eval_tables")
+    def eval_tables(context) -> dg.MaterializeResult:  # unannotated: Dagster refuses the string annotation here
+        return dg.MaterializeResult(metadata={"run_id": context.run.tags["pool"]})
+
+    with dg.instance_for_test() as instance:
+        for pool in ("replay-mixed6-vote", "heldout-a.yaml", "heldout-b.yaml"):
+            assert dg.materialize([eval_tables], instance=instance, tags={"pool": pool}).success
+        found = {pool: eval_tables_event(instance, pool).asset_materialization.metadata["run_id"].value
+                 for pool in ("replay-mixed6-vote", "heldout-a.yaml")}
+        assert found == {"replay-mixed6-vote": "replay-mixed6-vote", "heldout-a.yaml": "heldout-a.yaml"}
+        assert eval_tables_event(instance).asset_materialization.metadata["run_id"].value == "heldout-b.yaml"
+        with pytest.raises(SystemExit, match="replay-mixed6'"):
+            eval_tables_event(instance, "replay-mixed6")
 
 
 def test_the_readme_block_is_the_recorded_runs() -> None:

@@ -248,6 +248,29 @@ def choices(frame, steps: tuple[int, int]) -> dict[str, object]:
     }
 
 
+def favourite_shown_or_not(frame, steps: tuple[int, int]) -> dict[str, object]:
+    """Whether the policy reads which workers its catalogue lists, or writes one name it has learnt
+    whatever it is shown: over the rollouts of `steps`, the most common final worker among the
+    parsed ones, and the parse rate and share of `unknown_worker` failures of the rollouts whose
+    catalogue shows it against those whose catalogue does not."""
+    part = frame.filter((frame["training_step"] >= steps[0]) & (frame["training_step"] <= steps[1]))
+    rows = list(part.iter_rows(named=True))
+    finals = Counter(row["workers"][-1] for row in rows if row["parse_code"] == "ok")
+    if not finals:
+        return {"favourite": None}
+    favourite = finals.most_common(1)[0][0]
+    split: dict[str, object] = {"favourite": favourite}
+    for label, shown in (("shown", True), ("not_shown", False)):
+        group = [row for row in rows if (favourite in (row["catalogue"] or [])) == shown]
+        n = len(group)
+        split[label] = {
+            "rollouts": n,
+            "parse_rate": sum(row["parse_code"] == "ok" for row in group) / n if n else None,
+            "unknown_worker_share": sum(row["parse_code"] == "unknown_worker" for row in group) / n if n else None,
+        }
+    return split
+
+
 def mapping_and_shuffle_checks(frame, answers: Mapping) -> dict[str, object]:
     """Two checks of the training loop itself. The reward's mapping from a written worker to a
     recorded answer: a parsed one-step replay rollout must score exactly the recorded verdict of the

@@ -54,7 +54,8 @@ def _trainer(cls, model_path, output_dir, **overrides):
 
 def _batch(pad_token_id: int) -> dict:
     """Three prompts (one left-padded) of four rollouts each, rows shuffled as TRL shuffles a
-    generation batch, completions of different lengths right-padded."""
+    generation batch, completions of different lengths right-padded; some run to the length cap
+    unpadded, as clipped rollouts do."""
     import torch
 
     generator = torch.Generator().manual_seed(1)
@@ -65,7 +66,8 @@ def _batch(pad_token_id: int) -> dict:
     order = torch.randperm(rows, generator=generator)
     completion_mask = torch.ones(rows, COMPLETION, dtype=torch.long)
     for row in range(rows):
-        completion_mask[row, 2 + row % (COMPLETION - 2):] = 0
+        if row % 5 != 0:  # every fifth row runs to the length cap, as a clipped rollout does
+            completion_mask[row, 2 + row % (COMPLETION - 2):] = 0
     completions = torch.randint(10, 500, (rows, COMPLETION), generator=generator).masked_fill(completion_mask == 0, pad_token_id)
     return {
         "prompt_ids": prompts.repeat_interleave(GROUP, 0)[order],

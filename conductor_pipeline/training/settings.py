@@ -112,7 +112,7 @@ class GRPOSettings:
     max_completion_length: int = field(default=1024, metadata=_knob(
         "Token cap on a sampled workflow (reasoning + lists); truncated rollouts usually fail to parse.", ge=8))
     beta: float = field(default=0.0, metadata=_help("KL coefficient to the reference policy (paper: no KL, 0.0)."))
-    loss_type: str = field(default="grpo", metadata=_help(
+    loss_type: str = field(default="grpo", metadata=_knob(
         "TRL loss aggregation: 'grpo' (per-sequence mean, the paper's GRPO) or 'dapo'/'dr_grpo'/... (TRL default dapo)."))
     scale_rewards: str = field(default="group", metadata=_help(
         "Advantage scaling: 'group' (standard GRPO), 'batch', or 'none' (Dr. GRPO)."))

@@ -218,6 +218,44 @@ def test_many_workflows_run_concurrently_within_the_seat_limit(tmp_path):
     assert warehouse.query("SELECT count(*) FROM calls").item() == 80
 
 
+def test_a_flush_holds_back_the_calls_of_a_workflow_still_running(tmp_path):
+    """A flush while another workflow is mid-way (its first step done, its second waiting) writes
+    the finished workflows with their calls and none of the running one's: killed there, a rerun
+    runs it again under the same call keys, and a first attempt's rows would win over the rerun's."""
+    pool = make_pool(seat("a"), seat("b"))
+    release = asyncio.Event()
+
+    class WaitingWorker(RecordingWorker):
+        async def call(self, request):
+            if request.question.question_id == "q0":
+                await release.wait()
+            return await super().call(request)
+
+    workers = {"a": RecordingWorker("a"), "b": WaitingWorker("b")}
+    warehouse = Warehouse(tmp_path / "w.duckdb")
+    questions = [Question(question_id=f"q{i}", corpus="math", split="test", problem=f"p{i}", answer="42") for i in range(4)]
+    orphans = ("SELECT count(*) FROM calls c WHERE NOT EXISTS "
+               "(SELECT 1 FROM workflows w WHERE w.workflow_id = c.workflow_id)")
+
+    async def main():
+        orch = orchestrate(pool, workers, warehouse, flush_every_rows=2)
+        text = lists([0, 1], ["x", "y"], [[], "all"])
+        running = asyncio.ensure_future(orch.run_workflow_text(questions[0], text, conductor_name="c", run_id="r", arm="c"))
+        for question in questions[1:]:
+            await orch.run_workflow_text(question, text, conductor_name="c", run_id="r", arm="c")
+        await orch.flush()
+        mid_way = (warehouse.query("SELECT count(*) FROM workflows").item(), warehouse.query(orphans).item())
+        release.set()
+        await running
+        await orch.flush()
+        return mid_way
+
+    assert asyncio.run(main()) == (3, 0)  # q0's step "a" is done but not written
+    assert warehouse.query("SELECT count(*) FROM workflows").item() == 4
+    assert warehouse.query("SELECT count(*) FROM calls").item() == 8
+    assert warehouse.query(orphans).item() == 0
+
+
 def test_score_completion_records_nothing_and_reports_the_parse_code(tmp_path):
     pool = make_pool(seat("a"))
     warehouse = Warehouse(tmp_path / "w.duckdb")

@@ -52,7 +52,11 @@ def eval_tables_event(instance: dg.DagsterInstance, pool: str | None = None) -> 
 def record_from_instance(instance: dg.DagsterInstance, pool: str | None = None) -> dict[str, object]:
     """The figures of the latest default run (with `pool`, of the latest eval on that pool): the gate,
     the warm start, training and the eval tables."""
-    event = eval_tables_event(instance, pool)
+    return record_from_event(instance, eval_tables_event(instance, pool))
+
+
+def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> dict[str, object]:
+    """The figures of the run whose `eval_tables` materialization is `event` (`eval_tables_event`)."""
     tables = event.asset_materialization.metadata
     run = instance.get_run_by_id(event.run_id)
     run_id, folder = str(_value(tables, "run_id")), Path(str(_value(tables, "tables_dir")))
@@ -82,7 +86,8 @@ def record_from_instance(instance: dg.DagsterInstance, pool: str | None = None) 
     }
 
 
-def _pct(value: object) -> str:
+def three_places(value: object) -> str:
+    """A rate or p-value as the tables print it: three decimals, or n/a."""
     return "n/a" if value is None else f"{float(value):.3f}"
 
 
@@ -114,19 +119,19 @@ def render_block(record: Mapping) -> str:
             continue
         pair = next((p for p in record["conductor_pairs"] if p["arm"] == trained and p["reference"] == arm), None)
         versus = f"{paired_points(pair)}, {pair['verdict']}" if pair else ""
-        lines.append(f"| `{arm}` | {_pct(arms[arm]['accuracy'])} | {_pct(arms[arm]['parsed'])} | {versus} |")
+        lines.append(f"| `{arm}` | {three_places(arms[arm]['accuracy'])} | {three_places(arms[arm]['parsed'])} | {versus} |")
     lines += [
         "",
-        f"Gate: {_pct(gate['flat_groups'])} of {gate['groups']} probe groups (group size {gate['group_size']}) had "
-        f"equal rewards, {_pct(gate['same_correctness'])} one correctness. Warm start: parse rate "
-        f"{_pct(warm['parse_rate_before'])} -> {_pct(warm['parse_rate_after'])}, its picks against uniform over the "
-        f"catalogue positions chi-square p = {_pct(warm['position_balance_p'])}. Training: `{training['run_id']}`, "
+        f"Gate: {three_places(gate['flat_groups'])} of {gate['groups']} probe groups (group size {gate['group_size']}) had "
+        f"equal rewards, {three_places(gate['same_correctness'])} one correctness. Warm start: parse rate "
+        f"{three_places(warm['parse_rate_before'])} -> {three_places(warm['parse_rate_after'])}, its picks against uniform over the "
+        f"catalogue positions chi-square p = {three_places(warm['position_balance_p'])}. Training: `{training['run_id']}`, "
         f"{training['steps']} steps of groups of {training['group_size']}.",
     ]
     for row in record["order_agreement"]:
         lines.append(
             f"Order invariance of `{row['arm']}`: with the catalogue shuffled per question it sent "
-            f"{_pct(row['same_final_worker'])} of the {row['both_parsed']} questions both parsed to the same final worker."
+            f"{three_places(row['same_final_worker'])} of the {row['both_parsed']} questions both parsed to the same final worker."
         )
     return "\n".join(lines)
 

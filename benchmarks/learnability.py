@@ -227,10 +227,15 @@ def quarter_steps(frame) -> tuple[tuple[int, int], tuple[int, int]]:
     return (1, quarter), (last - quarter + 1, last)
 
 
+def rollouts_of_steps(frame, steps: tuple[int, int]):
+    """The rollouts of the training steps in `steps` (inclusive bounds)."""
+    return frame.filter((frame["training_step"] >= steps[0]) & (frame["training_step"] <= steps[1]))
+
+
 def choices(frame, steps: tuple[int, int]) -> dict[str, object]:
     """Parse rate, the parsed rollouts' final workers by identity and by catalogue position, and
     their accuracy, over the rollouts of the steps in `steps` (inclusive)."""
-    part = frame.filter((frame["training_step"] >= steps[0]) & (frame["training_step"] <= steps[1]))
+    part = rollouts_of_steps(frame, steps)
     parsed = part.filter(part["parse_code"] == "ok")
     by_worker, by_position = Counter(), Counter()
     for row in parsed.iter_rows(named=True):
@@ -253,7 +258,7 @@ def favourite_shown_or_not(frame, steps: tuple[int, int]) -> dict[str, object]:
     whatever it is shown: over the rollouts of `steps`, the most common final worker among the
     parsed ones, and the parse rate and share of `unknown_worker` failures of the rollouts whose
     catalogue shows it against those whose catalogue does not."""
-    part = frame.filter((frame["training_step"] >= steps[0]) & (frame["training_step"] <= steps[1]))
+    part = rollouts_of_steps(frame, steps)
     rows = list(part.iter_rows(named=True))
     finals = Counter(row["workers"][-1] for row in rows if row["parse_code"] == "ok")
     if not finals:

@@ -27,7 +27,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import latest_metadata
-from assets.results import eval_tables_event, paired_points, record_from_instance, trained_arms
+from assets.results import eval_tables_event, paired_points, record_from_event, three_places, trained_arms
 from benchmarks.learnability import choices, favourite_shown_or_not, quarter_steps, verdict
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
@@ -42,13 +42,10 @@ def trained_arm(arms: list[str]) -> str:
     return trained[0]
 
 
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
 def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | None]:
-    record = record_from_instance(instance, pool_name)
-    tables = eval_tables_event(instance, pool_name).asset_materialization.metadata
+    event = eval_tables_event(instance, pool_name)
+    record = record_from_event(instance, event)
+    tables = event.asset_materialization.metadata
     folder = Path(str(tables["tables_dir"].value))
     run_id = record["eval_run_id"]
     arms = pl.read_parquet(folder / f"{run_id}_arms.parquet")
@@ -104,9 +101,9 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
         shown, hidden = split["shown"], split["not_shown"]
         lines.append(
             f"{name.capitalize()} quarter's favourite final worker, `{split['favourite']}`: parse rate "
-            f"{_rate(shown['parse_rate'])} of {shown['rollouts']:,} rollouts whose catalogue shows it, "
-            f"{_rate(hidden['parse_rate'])} of {hidden['rollouts']:,} whose catalogue does not "
-            f"(`unknown_worker` there: {_rate(hidden['unknown_worker_share'])})."
+            f"{three_places(shown['parse_rate'])} of {shown['rollouts']:,} rollouts whose catalogue shows it, "
+            f"{three_places(hidden['parse_rate'])} of {hidden['rollouts']:,} whose catalogue does not "
+            f"(`unknown_worker` there: {three_places(hidden['unknown_worker_share'])})."
         )
     if aggregators:
         flags = warehouse.query_file("workflow_fan_out", {"run_id": training["run_id"], "aggregators": aggregators})

@@ -136,7 +136,6 @@ class Orchestrator(RecursiveSteps):
             )
         self._pending_calls: list[CallRecord] = []
         self._pending_workflows: list[WorkflowRecord] = []
-        self._written_workflow_ids: set[str] = set()
 
     # ------------------------------------------------------------------ public entry points
 
@@ -297,15 +296,16 @@ class Orchestrator(RecursiveSteps):
         return CompletionScore(PARSE_OK, correct, final_worker)
 
     async def flush(self, *, unfinished: bool = False) -> None:
-        """Write buffered rows, each workflow with its calls in one transaction. The calls of a
-        workflow still running stay buffered until it is recorded: a kill must not leave an
-        unfinished workflow's steps behind, because a rerun runs that workflow again under the same
-        call keys, and the first attempt's rows would win over the rerun's. `unfinished` writes
-        those calls too (the last flush: nothing that was paid for is dropped)."""
+        """Write buffered rows, each workflow with its calls in one transaction (every call is
+        recorded before its workflow). The calls of a workflow still running stay buffered until it
+        is recorded: a kill must not leave an unfinished workflow's steps behind, because a rerun
+        runs that workflow again under the same call keys, and the first attempt's rows would win
+        over the rerun's. `unfinished` writes those calls too (the last flush: nothing that was paid
+        for is dropped)."""
         if self.warehouse is None:
             return
         workflows, self._pending_workflows = self._pending_workflows, []
-        finished = self._written_workflow_ids | {w.workflow_id for w in workflows}
+        finished = {w.workflow_id for w in workflows}
         calls, held = [], []
         for call in self._pending_calls:
             ready = unfinished or call.workflow_id is None or call.workflow_id in finished
@@ -313,7 +313,6 @@ class Orchestrator(RecursiveSteps):
         self._pending_calls = held
         if calls or workflows:
             await asyncio.to_thread(self._write, calls, workflows)
-        self._written_workflow_ids = finished
 
     async def aclose(self) -> None:
         """Flush what is buffered, unfinished workflows' calls included; the workers belong to

@@ -26,7 +26,9 @@ TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
 # (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
 TINY_MAX_NEW_TOKENS = 128
 # What a trained policy's prompt and sampling are made of (the training assets' `prompt` metadata).
-TRAINED_PROMPT_FIELDS = ("naming", "n_examples", "max_new_tokens", "temperature", "show_predicted_success")
+TRAINED_PROMPT_FIELDS = (
+    "naming", "n_examples", "max_new_tokens", "temperature", "show_predicted_success", "constrained_decoding",
+)
 
 
 class ConductorPolicyResource(dg.ConfigurableResource):
@@ -59,6 +61,11 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         description="Show the world model's P(success) per worker next to the catalogue (a W fitted on "
         "train-split questions only); the arm is then labelled '+W'",
     )
+    constrained_decoding: bool = Field(
+        False,
+        description="hf_local: sample only workflows that parse against the workers each prompt shows "
+        "(conductor_pipeline.conductor.constrained), as a policy trained with it was sampled",
+    )
 
     def build_policy(self) -> ConductorPolicy:
         """The policy object; a local model loads lazily on its first prompt."""
@@ -67,7 +74,9 @@ class ConductorPolicyResource(dg.ConfigurableResource):
                 raise ValueError("an openai_endpoint conductor needs `base_url` and `model`")
             return OpenAIEndpointPolicy(self.base_url, self.model, self.api_key_env, name=self.label)
         path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
-        return HFLocalPolicy(path, device=self.device, name=self.label or f"hf:{path.name}")
+        return HFLocalPolicy(
+            path, device=self.device, name=self.label or f"hf:{path.name}", constrained=self.constrained_decoding
+        )
 
     def fingerprint(self) -> str:
         """What decides the workflows this policy writes: its weights (a local model) or endpoint and
@@ -77,9 +86,10 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             model = f"{self.base_url}|{self.model}"
         else:
             model = model_digest(self.model_path or build_tiny_causal_lm(TINY_POLICY_DIR))
+        # Constrained decoding joins the id only when on: an arm without it is the arm it was before.
         return stable_id(
             self.kind, model, self.naming, self.n_examples, self.effective_max_new_tokens, self.temperature,
-            self.show_predicted_success,
+            self.show_predicted_success, *(["constrained"] if self.constrained_decoding else []),
         )
 
     @property
@@ -116,7 +126,7 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         prompt = {
             "naming": self.naming, "n_examples": self.n_examples, "max_new_tokens": self.max_new_tokens,
             "temperature": self.temperature, "show_predicted_success": self.show_predicted_success,
-            **(trained_prompt or {}),
+            "constrained_decoding": self.constrained_decoding, **(trained_prompt or {}),
         }
         return ConductorPolicyResource(
             kind="hf_local", model_path=path, device=self.device,

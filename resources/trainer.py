@@ -232,6 +232,11 @@ class TrainerResource(_TrainerOverrides):
         # One optimizer step per generation batch needs batch | rollouts; shrink the micro-batch if not.
         if settings.rollouts_per_step % (settings.per_device_train_batch_size * settings.num_processes):
             settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)
+        if settings.constrained_decoding and self.warm_start_style != "compact":
+            raise ValueError(
+                f"constrained_decoding samples the three lists alone, but the warm start's style is "
+                f"{self.warm_start_style!r}, which writes text before them: set synthetic_style: compact"
+            )
         return settings
 
     def sft_settings(self) -> SFTSettings:
@@ -259,6 +264,7 @@ class TrainerResource(_TrainerOverrides):
             "naming": self.worker_naming, "n_examples": self.n_prompt_examples,
             "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
             "show_predicted_success": self.show_predicted_success,
+            "constrained_decoding": settings.constrained_decoding,
         }
 
     def run_key(self, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:

@@ -15,7 +15,8 @@ one system message. `sample_rows` therefore
 
 How the next token is chosen is a `TokenChooser`: a sample from the warped distribution (what
 `generate` draws), a seeded Gumbel-max sample per row (the eval: a row's text does not depend on
-its batch), or the argmax.
+its batch), or the argmax; any of them restricted to the tokens that keep a workflow parseable
+(`conductor.constrained.ConstrainedChooser`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class GreedyChooser:
     def __call__(self, logits: Any, rows: Any) -> Any:
         return logits.argmax(dim=-1)
 
+    def scores(self, logits: Any, rows: Any) -> Any:
+        """What the pick is the argmax of (a constrained chooser takes the best allowed one)."""
+        return logits
+
 
 class WarpedSampler:
     """A sample from the temperature / top-k / top-p / min-p warped distribution, from torch's
@@ -95,6 +100,15 @@ class WarpedSampler:
         scores = self.warpers(None, logits.float())
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
 
+    def scores(self, logits: Any, rows: Any) -> Any:
+        """The warped logits plus Gumbel noise from torch's global generator: their argmax is a
+        sample of the warped distribution, and their best allowed token one of it restricted."""
+        import torch
+
+        scores = self.warpers(None, logits.float())
+        uniform = torch.rand(scores.shape, device=scores.device).clamp_min(torch.finfo(torch.float32).tiny)
+        return scores - torch.log(-torch.log(uniform))
+
 
 class SeededGumbelSampler:
     """A sample at `temperature` per row from a generator of its own (Gumbel-max over the scaled
@@ -109,12 +123,16 @@ class SeededGumbelSampler:
         self.generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
 
     def __call__(self, logits: Any, rows: Any) -> Any:
+        return self.scores(logits, rows).argmax(dim=-1)
+
+    def scores(self, logits: Any, rows: Any) -> Any:
+        """The scaled logits plus each row's own Gumbel noise (their argmax is this sampler's pick)."""
         import torch
 
         uniform = torch.stack(
             [torch.rand(logits.shape[-1], generator=self.generators[row], device=logits.device) for row in rows.tolist()]
         ).clamp_min(torch.finfo(torch.float32).tiny)
-        return (logits.float() / self.temperature - torch.log(-torch.log(uniform))).argmax(dim=-1)
+        return logits.float() / self.temperature - torch.log(-torch.log(uniform))
 
 
 def sample_rows(

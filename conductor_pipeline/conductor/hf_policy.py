@@ -49,15 +49,20 @@ class HFLocalPolicy:
     The model loads on first use (so building the policy is cheap, e.g. in a Dagster resource),
     and generation runs in a worker thread behind a lock so the event loop stays responsive and
     two prompts never share the model concurrently. `device` is resolved once, here
-    (`resolve_device`: `auto` is a GPU when there is one).
+    (`resolve_device`: `auto` is a GPU when there is one). `constrained`: sample only workflows that
+    parse against the catalogue each prompt shows (`conductor.constrained`).
     """
 
-    def __init__(self, model_path: str | Path, device: str = AUTO_DEVICE, *, name: str | None = None):
+    def __init__(
+        self, model_path: str | Path, device: str = AUTO_DEVICE, *, name: str | None = None, constrained: bool = False
+    ):
         self.model_path = Path(model_path)
         self.device = resolve_device(device)
         self.name = name or f"hf:{self.model_path.name}"
+        self.constrained = constrained
         self._model: Any = None
         self._tokenizer: Any = None
+        self._vocabulary: Any = None
         self._lock = threading.Lock()
 
     def _load(self) -> None:
@@ -69,6 +74,17 @@ class HFLocalPolicy:
         model = AutoModelForCausalLM.from_pretrained(self.model_path).to(self.device)
         model.eval()
         self._tokenizer, self._model = tokenizer, model
+
+    def _chooser(self, inner: Any, prompts: Sequence[list[dict]]) -> Any:
+        """`inner`, or under `constrained` the same sampler held to workflows that parse against
+        each row's catalogue (`conductor.constrained`)."""
+        if not self.constrained:
+            return inner
+        from conductor_pipeline.conductor.constrained import ConstrainedChooser, TokenTexts, grammar_of_prompt
+
+        if self._vocabulary is None:
+            self._vocabulary = TokenTexts(self._tokenizer, self._stop_ids())
+        return ConstrainedChooser(inner, [grammar_of_prompt(messages) for messages in prompts], self._vocabulary)
 
     def _generate(
         self,
@@ -95,7 +111,8 @@ class HFLocalPolicy:
                 completions = sample_rows(
                     model, [prompt] * (1 if greedy else n), max_new_tokens=max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id, stop_token_ids=self._stop_ids(), device=self.device,
-                    choose=GreedyChooser() if greedy else WarpedSampler(temperature),
+                    choose=self._chooser(GreedyChooser() if greedy else WarpedSampler(temperature),
+                                         [messages] * (1 if greedy else n)),
                 )
             latency = time.perf_counter() - started
         if greedy:  # greedy decoding is deterministic: one pass serves all n
@@ -147,9 +164,10 @@ class HFLocalPolicy:
             lengths = [len(ids) for ids in encoded]
             outputs: list[PolicyOutput | None] = [None] * len(prompts)
             for chunk in _length_chunks(lengths, max_new_tokens, max_batch_tokens):
-                choose = (
+                choose = self._chooser(
                     SeededGumbelSampler([seeds[i] for i in chunk], temperature, self.device)
-                    if temperature > 0.0 else GreedyChooser()
+                    if temperature > 0.0 else GreedyChooser(),
+                    [prompts[i] for i in chunk],
                 )
                 started = time.perf_counter()
                 with torch.inference_mode():

@@ -180,6 +180,28 @@ def _worker_view(workers_see_question: bool) -> str:
     )
 
 
+CATALOGUE_HEADER = "The workers:\n"
+_PREDICTED_SUFFIX = re.compile(r" \(predicted success on this question: [^)]*\)$")
+_STEP_RANGE = re.compile(r"A workflow has 1 to (\d+) steps")
+
+
+def shown_catalogue(messages: Sequence[Mapping[str, object]]) -> tuple[list[str], int]:
+    """(the worker names, the step limit) a conductor prompt of `build_conductor_prompt` shows,
+    read back from its system message: what constrained decoding holds a completion to."""
+    system = next((str(m["content"]) for m in messages if m.get("role") == "system"), None)
+    if system is None or CATALOGUE_HEADER not in system:
+        raise ValueError("the prompt has no system message with a worker catalogue (`The workers:`)")
+    section = system.split(CATALOGUE_HEADER, 1)[1].split("\n\n", 1)[0]
+    names = []
+    for line in section.split("\n"):
+        if line.startswith("- "):
+            names.append(_PREDICTED_SUFFIX.sub("", line[2:]).split(": ", 1)[0])
+    steps = _STEP_RANGE.search(system)
+    if not names or steps is None:
+        raise ValueError("the prompt's system message lists no workers or no step limit")
+    return names, int(steps.group(1))
+
+
 def _format_rules(displayed: Sequence[str], naming: Naming, max_steps: int, workers_see_question: bool) -> str:
     worker_ref = (
         f"worker numbers 0 to {len(displayed) - 1}" if naming == "ordinal" else "worker names, as quoted strings"
@@ -218,7 +240,7 @@ def _system_message(
     sections = [
         "You are the conductor of a team of language models. You never solve the task yourself: "
         "you read it and write a workflow that the workers carry out.",
-        f"The workers:\n{_catalogue_lines(entries, displayed, predicted_success)}",
+        f"{CATALOGUE_HEADER}{_catalogue_lines(entries, displayed, predicted_success)}",
         _format_rules(displayed, naming, max_steps, workers_see_question),
     ]
     if extra_rules:

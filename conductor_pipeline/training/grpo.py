@@ -216,16 +216,35 @@ def build_grpo_trainer(
     dataset = prompts_dataset if isinstance(prompts_dataset, Dataset) else Dataset.from_list(list(prompts_dataset))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tokenizer.padding_side = "left"
-    trainer_class = SharedPromptGRPOTrainer if settings.share_prompt_prefix else GRPOTrainer
-    return trainer_class(
-        model=str(model_path),
-        reward_funcs=[reward_fn],
-        args=settings.to_grpo_config(output_dir),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
-        peft_config=settings.peft_config(),
-    )
+    common = {
+        "model": str(model_path), "reward_funcs": [reward_fn], "train_dataset": dataset, "processing_class": tokenizer,
+        "callbacks": list(callbacks), "peft_config": settings.peft_config(),
+    }
+    if settings.share_prompt_prefix:
+        return SharedPromptGRPOTrainer(
+            args=settings.to_grpo_config(output_dir), constrained_decoding=settings.constrained_decoding, **common
+        )
+    if not settings.constrained_decoding:
+        return GRPOTrainer(args=settings.to_grpo_config(output_dir), **common)
+    if not settings.use_vllm:
+        raise ValueError("constrained_decoding needs share_prompt_prefix (the CPU sampler) or use_vllm (structured outputs)")
+    regex = structured_outputs_regex(dataset)
+    return GRPOTrainer(args=settings.to_grpo_config(output_dir, vllm_structured_outputs_regex=regex), **common)
+
+
+def structured_outputs_regex(dataset: Any) -> str:
+    """vLLM's structured-outputs regex for a dataset's prompts: one regex for all of them, so over the
+    union of the names they show, up to the largest step limit."""
+    from conductor_pipeline.conductor.constrained import workflow_regex
+    from conductor_pipeline.conductor.prompt import shown_catalogue
+
+    names: dict[str, None] = {}
+    max_steps = 1
+    for prompt in dict.fromkeys(str(row["prompt"][0]["content"]) for row in dataset):
+        shown, steps = shown_catalogue([{"role": "system", "content": prompt}])
+        names.update(dict.fromkeys(shown))
+        max_steps = max(max_steps, steps)
+    return workflow_regex(list(names), max_steps)
 
 
 def train_grpo(

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from tabulate import tabulate
@@ -308,11 +309,21 @@ def run_pool_grpo(
 
 # Settings that say how long a run is and how often it saves, not what it learns: left out of its key.
 RUN_LENGTH_SETTINGS = ("max_steps", "save_steps", "save_total_limit")
+# Settings added after runs were recorded, with the value that does what every run did before: at
+# that value they are left out of the key, so a recorded run keeps its key (and resumes).
+LATER_SETTINGS_AT_OLD_BEHAVIOUR = {"constrained_decoding": False}
 
 
 def policy_name(model: Path | str) -> str:
     """A policy as `workflows.conductor` names it: its folder (or hub id) name."""
     return f"policy:{Path(str(model)).name}"
+
+
+def run_recipe(settings: GRPOSettings) -> dict[str, Any]:
+    """The settings that make a GRPO run what it is: all but its length, and but the later settings
+    left at the behaviour every run had before them."""
+    old_behaviour = LATER_SETTINGS_AT_OLD_BEHAVIOUR.items()
+    return {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS and (k, v) not in old_behaviour}
 
 
 def grpo_run_key(
@@ -322,9 +333,8 @@ def grpo_run_key(
     """What a GRPO run is made of: its settings but its length (a longer run of the same recipe
     continues the shorter one), how its prompts show the pool, the pool file, the questions it
     trains on and the weights it starts from. A run keyed the same resumes; any other starts afresh."""
-    recipe = {k: v for k, v in settings.describe().items() if k not in RUN_LENGTH_SETTINGS}
     return stable_id(
-        recipe, naming, n_examples, contested_subpools, training.pruning,
+        run_recipe(settings), naming, n_examples, contested_subpools, training.pruning,
         training.predicted_success,
         training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
         policy_fingerprint(start_policy),

@@ -149,6 +149,11 @@ class GRPOSettings:
         "Run each group's prompt through the policy once, when sampling and in the loss, instead of once per "
         "rollout (conductor_pipeline.training.trl_extensions): same loss and gradients. Transformers rollouts "
         "only (not vLLM) and no gradient checkpointing; shares fully when a step is one micro-batch."))
+    constrained_decoding: bool = field(default=False, metadata=_knob(
+        "Sample only workflows that parse against the workers each prompt shows (conductor.constrained): no "
+        "unparseable rollout, no unknown worker. The loss scores them under the unconstrained policy. On the "
+        "transformers path it needs share_prompt_prefix; with vLLM it is a structured-outputs regex over the "
+        "names of every prompt, which holds the format but not each prompt's own catalogue."))
     report_to: str = field(default="tensorboard", metadata=_help(
         "Experiment trackers TRL reports every step to (transformers' report_to): 'tensorboard' writes event "
         "files under the run's folder as it trains (`make tensorboard` shows them live); 'none' turns it off."))

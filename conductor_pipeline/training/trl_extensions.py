@@ -35,6 +35,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from trl import GRPOTrainer
 
+from conductor_pipeline.conductor.constrained import ConstrainedChooser, TokenTexts, grammar_of_prompt
 from conductor_pipeline.conductor.generation import WarpedSampler, sample_rows
 
 # The TRL release this module was written against (its GRPOTrainer internals are not an API).
@@ -106,23 +107,41 @@ def shared_prompt_rollout(prompts: list, trainer: GRPOTrainer) -> dict[str, Any]
         prompt_ids = tokenizer(text=prompts)["input_ids"]
     config = trainer.generation_config
     model = trainer.accelerator.unwrap_model(trainer.model)
+    choose = WarpedSampler(config.temperature, config.top_k, config.top_p, config.min_p)
+    if trainer.constrained_decoding:  # only workflows that parse against each prompt's catalogue
+        choose = ConstrainedChooser(choose, [grammar_of_prompt(messages) for messages in prompts], trainer.token_texts())
     with torch.no_grad():
         completions = sample_rows(
             model, prompt_ids, max_new_tokens=trainer.max_completion_length, pad_token_id=tokenizer.pad_token_id,
-            stop_token_ids=trainer.eos_token_ids, device=str(trainer.accelerator.device),
-            choose=WarpedSampler(config.temperature, config.top_k, config.top_p, config.min_p),
+            stop_token_ids=trainer.eos_token_ids, device=str(trainer.accelerator.device), choose=choose,
         )
     return {"prompt_ids": [list(ids) for ids in prompt_ids], "completion_ids": completions, "logprobs": None}
 
 
 class SharedPromptGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer whose loss runs each distinct prompt of a micro-batch through the model once."""
+    """TRL's GRPOTrainer whose loss runs each distinct prompt of a micro-batch through the model once.
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    `constrained_decoding` samples only workflows that parse against the catalogue each prompt shows
+    (`conductor.constrained`); the loss scores them under the unconstrained policy, as TRL does
+    with vLLM's structured outputs.
+    """
+
+    def __init__(self, *args: Any, constrained_decoding: bool = False, **kwargs: Any):
         check_trl_version()
         super().__init__(*args, rollout_func=shared_prompt_rollout, **kwargs)
+        self.constrained_decoding = constrained_decoding
+        self._token_texts: TokenTexts | None = None
         if not shares_prompts(self):
+            if constrained_decoding:
+                raise ValueError("constrained decoding on the transformers path needs the shared-prompt sampler: "
+                                 "this setup (vLLM, gradient checkpointing, generation_kwargs) does not share prompts")
             self.rollout_func = None  # TRL's own sampling; the loss below falls back too
+
+    def token_texts(self) -> TokenTexts:
+        """Each token's text under this trainer's tokenizer, built once."""
+        if self._token_texts is None:
+            self._token_texts = TokenTexts(self.processing_class, self.eos_token_ids)
+        return self._token_texts
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,

@@ -314,6 +314,7 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
     checkpoint = build_tiny_causal_lm(tmp_path / "checkpoint")
     trained_prompt = {
         "naming": "names", "n_examples": 0, "max_new_tokens": 12, "temperature": 1.0, "show_predicted_success": False,
+        "constrained_decoding": True,
     }
     lean = {"slice_size": 4, "world_model_router": False, "w_cascade": False, "vote_arms": False}
 

@@ -136,3 +136,14 @@ def test_the_overrides_keep_the_librarys_bounds():
     with pytest.raises(ValueError):
         SFTOverrides(max_steps=0)
     assert TrainerResource().reward_variant == GRPOSettings().reward_variant  # Literal knobs: the library's default
+
+
+def test_constrained_decoding_is_recorded_in_the_trained_prompt_and_needs_the_lists_only_warm_start():
+    trainer = TrainerResource(profile="cpu-paper", constrained_decoding=True)
+    settings = trainer.grpo_settings()
+    assert settings.constrained_decoding and trainer.trained_prompt(settings)["constrained_decoding"] is True
+    assert TrainerResource().trained_prompt(TrainerResource().grpo_settings())["constrained_decoding"] is False
+    checkpoint = ConductorPolicyResource().with_checkpoint("ckpt", trainer.trained_prompt(settings))
+    assert checkpoint.constrained_decoding and checkpoint.build_policy().constrained  # evaluated as trained
+    with pytest.raises(ValueError, match="synthetic_style: compact"):
+        TrainerResource(profile="cpu-smollm2", constrained_decoding=True).grpo_settings()

@@ -94,3 +94,16 @@ def test_progress_says_the_step_the_rate_and_the_reward_trend():
     assert figures["parsed_accuracy_first"] == 0.5 and figures["parsed_accuracy_recent"] == pytest.approx(0.7)
     early = progress_figures(steps[:3], elapsed_s=6.0, settings=settings)
     assert early["window"] == 3 and early["reward_first"] == early["reward_recent"]
+
+
+
+def test_a_run_without_constrained_decoding_keeps_the_recipe_it_had_and_one_with_it_gets_another():
+    """The knob came after runs were recorded: off, a run's recipe (its key) is what it was before."""
+    from dataclasses import asdict, replace
+
+    from conductor_pipeline.training.runs import RUN_LENGTH_SETTINGS, run_recipe
+
+    settings = GRPOSettings.cpu_paper_profile()
+    before = {k: v for k, v in asdict(settings).items() if k not in RUN_LENGTH_SETTINGS and k != "constrained_decoding"}
+    assert run_recipe(settings) == before
+    assert run_recipe(replace(settings, constrained_decoding=True)) == {**before, "constrained_decoding": True}

@@ -4,6 +4,7 @@ positions only, and the shared-prompt GRPO trainer, on real tiny models."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import pytest
 import torch
@@ -185,3 +186,34 @@ def test_cpu_training_scores_only_labelled_positions_with_the_same_loss_and_grad
     assert compact_flops < 0.8 * flops  # the unlabelled prompt no longer goes through the head
     # Outside the block TRL's own choice is back: every position is projected again.
     assert _loss_grads_and_flops(model, input_ids, labels)[2] == flops
+
+
+def test_constrained_rollouts_are_workflows_over_each_prompts_own_catalogue(model_path, tmp_path):
+    """With `constrained_decoding`, TRL's rollout hook samples only prefixes of workflows that parse
+    against the workers each prompt shows (the untrained model alone writes none)."""
+    from transformers import AutoTokenizer
+
+    from conductor_pipeline.conductor.constrained import grammar_of_prompt
+    from conductor_pipeline.conductor.prompt import build_conductor_prompt
+    from conductor_pipeline.training.grpo import build_grpo_trainer
+    from conductor_pipeline.training.trl_extensions import shared_prompt_rollout
+
+    catalogues = [["gpt-4o", "llama-3.1-8b"], ["claude-3.5-sonnet", "majority-vote", "gemini-1.5-pro"]]
+    prompts = [build_conductor_prompt(f"What is {i} + 1?", seats, naming="names") for i, seats in enumerate(catalogues)]
+    settings = GRPOSettings.cpu_profile(
+        num_generations=GROUP, questions_per_step=2, max_steps=1, max_completion_length=40, constrained_decoding=True,
+    )
+    trainer = build_grpo_trainer(model_path, [{"prompt": p} for p in prompts], _length_reward, settings, tmp_path / "run")
+    torch.manual_seed(0)
+    rolled = shared_prompt_rollout([p for p in prompts for _ in range(GROUP)], trainer)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    for index, completion in enumerate(rolled["completion_ids"]):
+        grammar = grammar_of_prompt(prompts[index // GROUP])
+        text = tokenizer.decode(completion, skip_special_tokens=True)
+        assert text.startswith("model_id = ") and grammar.advance(grammar.start(), text) is not None, text
+        named = [name for seats in catalogues for name in seats if f'"{name}"' in text]
+        assert set(named) <= set(catalogues[index // GROUP]), text
+
+    plain = replace(settings, share_prompt_prefix=False)
+    with pytest.raises(ValueError, match="share_prompt_prefix .* or use_vllm"):
+        build_grpo_trainer(model_path, [{"prompt": p} for p in prompts], _length_reward, plain, tmp_path / "plain")

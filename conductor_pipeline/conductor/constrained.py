@@ -1,0 +1,300 @@
+"""Constrained decoding of a conductor's workflow: every sampled completion is one that parses.
+
+The paper's reward gives an unparseable workflow 0 against 0.5 for a parsed wrong one, so a small
+policy whose long workflows (a fan-out to several workers and a vote) fail to parse more often than
+one-step ones learns "short workflows parse" before any group can show what a fan-out is worth; and
+a policy that writes a worker its prompt does not show gets a whole group of zeros, no gradient.
+Structured generation removes both: the sampler may only pick a token that keeps the completion a
+prefix of a workflow `parse_workflow` accepts against the workers *that prompt* shows.
+
+The accepted language is the canonical lists form `render_workflow` writes, nothing before it:
+
+    model_id = ["gpt-4o", "majority-vote"]
+    subtasks = ["Solve the problem.", "Compare the solutions."]
+    access_list = [[], "all"]
+
+with 1 to `max_steps` entries, the same count in all three lists, worker names of the prompt's
+catalogue (or their indices), non-empty JSON strings on one line, and access entries `[]`, `"all"`
+or earlier step numbers. A stop token is allowed only once the last list is closed.
+
+`WorkflowGrammar` tracks one completion character by character; `ConstrainedChooser` wraps any
+sampler of `conductor.generation` and takes, per row, the highest-scoring allowed token of the
+sampler's own perturbed scores, which is an exact sample of the sampler's distribution renormalised
+over the allowed tokens. `workflow_regex` is the same language as a regular expression, for vLLM's
+structured outputs (one catalogue for every prompt: the union of the names shown).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from conductor_pipeline.workflow import ALL, DEFAULT_MAX_STEPS, LIST_KEYS
+
+# The fixed text between the lists (and before the first), exactly as `render_workflow` writes it.
+OPENINGS = tuple(f"{'' if i == 0 else ']' + chr(10)}{key} = [" for i, key in enumerate(LIST_KEYS))
+SEPARATOR = ", "
+JSON_ESCAPES = frozenset('"\\/bfnrt')
+# Candidates per row tried from the sampler's top scores before scanning the whole vocabulary.
+TOP_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class State:
+    """Where a completion is in the grammar.
+
+    `part`: which list is being written (0 model_id, 1 subtasks, 2 access_list; 3 when done);
+    `pending`: fixed text that must come next; `count`: entries of this list finished; `steps`: the
+    model_id list's length, fixed once it is closed; `entry`: the entry being written ("" between
+    entries), including its opening quote or bracket.
+    """
+
+    part: int = 0
+    pending: str = OPENINGS[0]
+    count: int = 0
+    steps: int = 0
+    entry: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.part == len(LIST_KEYS)
+
+
+class WorkflowGrammar:
+    """The workflows that parse against one catalogue (`displayed`: the names a prompt shows)."""
+
+    def __init__(self, displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS):
+        if not displayed:
+            raise ValueError("a workflow grammar needs at least one worker name")
+        self.displayed = list(displayed)
+        self.max_steps = max_steps
+        quoted = [json.dumps(name, ensure_ascii=False) for name in self.displayed]
+        self._names = frozenset(quoted)
+        self._name_prefixes = frozenset(name[:i] for name in quoted for i in range(1, len(name) + 1))
+
+    def start(self) -> State:
+        return State()
+
+    def advance(self, state: State, text: str) -> State | None:
+        """The state after `text`, or None when no accepted workflow starts with what came before and `text`."""
+        for char in text:
+            state = self._step(state, char)
+            if state is None:
+                return None
+        return state
+
+    def accepts(self, text: str) -> bool:
+        """Whether `text` is a whole accepted workflow."""
+        state = self.advance(self.start(), text)
+        return state is not None and state.done
+
+    # --- one character -------------------------------------------------------------------------
+
+    def _step(self, state: State, char: str) -> State | None:
+        if state.pending:
+            if char != state.pending[0]:
+                return None
+            return State(state.part, state.pending[1:], state.count, state.steps, state.entry)
+        if state.done:
+            return None
+        if not state.entry:  # between entries: the next entry's first character, or the list's end
+            return self._entry_start(state, char)
+        return (self._worker, self._subtask, self._access)[state.part](state, char)
+
+    def _entry_start(self, state: State, char: str) -> State | None:
+        if state.part == 0:
+            if char == '"' or (char.isdigit() and int(char) < len(self.displayed)):
+                return self._entry(state, char)
+            return None
+        if state.part == 1:
+            return self._entry(state, char) if char == '"' else None
+        if char == "[" or char == '"':
+            return self._entry(state, char)
+        return None
+
+    @staticmethod
+    def _entry(state: State, entry: str) -> State:
+        return State(state.part, "", state.count, state.steps, entry)
+
+    def _end_entry(self, state: State, char: str) -> State | None:
+        """`char` (a separator's comma or a closing bracket) right after a finished entry."""
+        count = state.count + 1
+        limit = self.max_steps if state.part == 0 else state.steps
+        if char == ",":
+            return State(state.part, SEPARATOR[1:], count, state.steps, "") if count < limit else None
+        if char != "]" or count < limit and state.part > 0:
+            return None
+        steps = count if state.part == 0 else state.steps
+        part = state.part + 1
+        pending = OPENINGS[part][1:] if part < len(LIST_KEYS) else ""
+        return State(part, pending, 0, steps, "")
+
+    def _worker(self, state: State, char: str) -> State | None:
+        entry = state.entry
+        if entry[0] == '"':
+            if entry in self._names:  # a whole quoted name: what follows ends the entry
+                return self._end_entry(state, char)
+            grown = entry + char
+            return self._entry(state, grown) if grown in self._name_prefixes else None
+        if char.isdigit():  # an index, no leading zero, inside the catalogue
+            grown = entry + char
+            ok = entry != "0" and int(grown) < len(self.displayed)
+            return self._entry(state, grown) if ok else None
+        return self._end_entry(state, char)
+
+    def _subtask(self, state: State, char: str) -> State | None:
+        entry = state.entry
+        if _closed_string(entry):  # what follows the closing quote ends the entry
+            return self._end_entry(state, char)
+        if _open_escape(entry):
+            return self._entry(state, entry + char) if char in JSON_ESCAPES else None
+        if char == '"':
+            return self._entry(state, entry + char) if _has_content(entry) else None
+        if char < " ":  # JSON strings hold no raw control characters
+            return None
+        return self._entry(state, entry + char)
+
+    def _access(self, state: State, char: str) -> State | None:
+        entry, step = state.entry, state.count
+        if entry[0] == '"':
+            quoted_all = json.dumps(ALL)
+            if entry == quoted_all:
+                return self._end_entry(state, char)
+            grown = entry + char
+            return self._entry(state, grown) if quoted_all.startswith(grown) else None
+        # A list of earlier step numbers: "[", then numbers separated by ", ", then "]".
+        if entry.endswith("]"):
+            return self._end_entry(state, char)
+        last = entry.rsplit(" ", 1)[-1].lstrip("[")
+        if char == "]":
+            return self._entry(state, entry + char) if entry == "[" or last.isdigit() else None
+        if char == ",":
+            return self._entry(state, entry + char) if last.isdigit() else None
+        if char == " ":
+            return self._entry(state, entry + char) if entry.endswith(",") else None
+        if char.isdigit() and (entry.endswith(("[", " ")) or last.isdigit()):
+            number = (last if last.isdigit() else "") + char
+            return self._entry(state, entry + char) if last != "0" and int(number) < step else None
+        return None
+
+
+def _closed_string(entry: str) -> bool:
+    """Whether `entry`, a JSON string from its opening quote, has its closing quote."""
+    return len(entry) > 1 and entry.endswith('"') and not _open_escape(entry[:-1])
+
+
+def _open_escape(entry: str) -> bool:
+    """Whether `entry` (a string being written) ends inside a backslash escape."""
+    trailing = len(entry) - len(entry.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _has_content(entry: str) -> bool:
+    """Whether the JSON string written so far (`entry`, from its opening quote) holds a character
+    that is not whitespace: `parse_workflow` refuses an empty or blank subtask."""
+    try:
+        value = json.loads(entry + '"')
+    except json.JSONDecodeError:
+        return False
+    return bool(value.strip())
+
+
+def grammar_of_prompt(messages: Sequence[Mapping[str, Any]]) -> WorkflowGrammar:
+    """The grammar of what parses against the catalogue and step limit a conductor prompt shows."""
+    from conductor_pipeline.conductor.prompt import shown_catalogue
+
+    names, max_steps = shown_catalogue(messages)
+    return WorkflowGrammar(names, max_steps)
+
+
+class TokenTexts:
+    """Each token id's text, as the completion's decoded text will hold it; None for special
+    tokens that are not stop tokens (skipped in the decoded text, so never allowed)."""
+
+    def __init__(self, tokenizer: Any, stop_token_ids: Sequence[int]):
+        special = set(getattr(tokenizer, "all_special_ids", ())) | {
+            index for index, token in getattr(tokenizer, "added_tokens_decoder", {}).items() if token.special
+        }
+        self.stops = frozenset(stop_token_ids)
+        self.texts: list[str | None] = [
+            None if index in special else tokenizer.decode([index]) for index in range(len(tokenizer))
+        ]
+
+
+class ConstrainedChooser:
+    """A `TokenChooser` that lets each row pick only tokens its grammar allows (`grammars[row]`).
+
+    `inner` is a sampler with a `scores(logits, rows)` method (the values whose argmax is its pick:
+    logits, or logits plus Gumbel noise); the pick is the highest-scoring allowed token, the exact
+    sample of the inner distribution restricted to the allowed tokens and renormalised.
+    """
+
+    def __init__(self, inner: Any, grammars: Sequence[WorkflowGrammar], vocabulary: TokenTexts):
+        self.inner = inner
+        self.grammars = list(grammars)
+        self.states = [grammar.start() for grammar in self.grammars]
+        self.vocabulary = vocabulary
+
+    def __call__(self, logits: Any, rows: Any) -> Any:
+        import torch
+
+        scores = self.inner.scores(logits, rows)
+        width = min(TOP_CANDIDATES, scores.shape[-1])
+        top = scores.topk(width, dim=-1).indices.tolist()
+        chosen = []
+        for position, row in enumerate(rows.tolist()):
+            token = self._first_allowed(row, top[position])
+            if token is None:  # rare: scan the whole vocabulary in score order
+                token = self._first_allowed(row, scores[position].argsort(descending=True).tolist())
+            if token is None:
+                raise RuntimeError(f"constrained decoding: no token continues row {row} from {self.states[row]}")
+            chosen.append(token)
+        return torch.tensor(chosen, device=logits.device)
+
+    def _first_allowed(self, row: int, candidates: Sequence[int]) -> int | None:
+        state, grammar = self.states[row], self.grammars[row]
+        for token in candidates:
+            if token in self.vocabulary.stops:
+                if state.done:
+                    return token
+                continue
+            text = self.vocabulary.texts[token]
+            if not text:
+                continue
+            after = grammar.advance(state, text)
+            if after is not None:
+                self.states[row] = after
+                return token
+        return None
+
+
+def workflow_regex(displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS) -> str:
+    """`WorkflowGrammar`'s language over `displayed` as one regular expression (vLLM's structured
+    outputs take a regex; it accepts the same texts, a test checks)."""
+    names = "|".join(re.escape(json.dumps(name, ensure_ascii=False)) for name in displayed)
+    indices = "|".join(str(i) for i in range(len(displayed)))
+    worker = f"(?:{names}|{indices})"
+    char = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])'
+    content = r'(?:[^"\\\s\x00-\x1f]|\\["\\/])'  # a character that is not whitespace
+    subtask = f'"{char}*{content}{char}*"'
+    alternatives = []
+    for steps in range(1, max_steps + 1):
+        def listed(items: Sequence[str]) -> str:
+            return re.escape(SEPARATOR).join(items)
+
+        access = [r'\[\]|"all"' + (f"|\\[(?:{_below(i)})(?:, (?:{_below(i)}))*\\]" if i else "") for i in range(steps)]
+        parts = [
+            re.escape(OPENINGS[0]) + listed([worker] * steps),
+            re.escape(OPENINGS[1]) + listed([subtask] * steps),
+            re.escape(OPENINGS[2]) + listed([f"(?:{a})" for a in access]) + r"\]",
+        ]
+        alternatives.append("".join(parts))
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def _below(step: int) -> str:
+    """A step number below `step`, as the grammar writes it (no leading zeros)."""
+    return "|".join(str(i) for i in range(step))

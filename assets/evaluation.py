@@ -274,7 +274,7 @@ def eval_arms(
         (c.arm_label, order): c.build_arm(
             predictor, recursive=recursive, catalogue_order=order, catalogue_seed=config.catalogue_seed, policy=policy,
         )
-        for c in conductors for policy in [c.build_policy()]
+        for c in conductors for policy in [c.build_policy(pool_config.vote_seat_names)]
         for order in (("pool", "shuffled") if config.shuffled_catalogue else ("pool",))
     }
     lineup = eval_lineup(

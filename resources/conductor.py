@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,15 +67,17 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         "(conductor_pipeline.conductor.constrained), as a policy trained with it was sampled",
     )
 
-    def build_policy(self) -> ConductorPolicy:
-        """The policy object; a local model loads lazily on its first prompt."""
+    def build_policy(self, aggregators: Sequence[str] = ()) -> ConductorPolicy:
+        """The policy object; a local model loads lazily on its first prompt. `aggregators`: the
+        pool's vote seats, which constrained decoding lets only aggregate."""
         if self.kind == "openai_endpoint":
             if not self.base_url or not self.model:
                 raise ValueError("an openai_endpoint conductor needs `base_url` and `model`")
             return OpenAIEndpointPolicy(self.base_url, self.model, self.api_key_env, name=self.label)
         path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
         return HFLocalPolicy(
-            path, device=self.device, name=self.label or f"hf:{path.name}", constrained=self.constrained_decoding
+            path, device=self.device, name=self.label or f"hf:{path.name}", constrained=self.constrained_decoding,
+            aggregators=aggregators,
         )
 
     def fingerprint(self) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ class State:
     `part`: which list is being written (0 model_id, 1 subtasks, 2 access_list; 3 when done);
     `pending`: fixed text that must come next; `count`: entries of this list finished; `steps`: the
     model_id list's length, fixed once it is closed; `entry`: the entry being written ("" between
-    entries), including its opening quote or bracket.
+    entries), including its opening quote or bracket; `vote`: the step an aggregator takes, if any.
     """
 
     part: int = 0
@@ -57,6 +57,7 @@ class State:
     count: int = 0
     steps: int = 0
     entry: str = ""
+    vote: int | None = None
 
     @property
     def done(self) -> bool:
@@ -64,13 +65,22 @@ class State:
 
 
 class WorkflowGrammar:
-    """The workflows that parse against one catalogue (`displayed`: the names a prompt shows)."""
+    """The workflows that parse against one catalogue (`displayed`: the names a prompt shows).
 
-    def __init__(self, displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS):
+    `aggregators` (displayed names of vote seats) may only aggregate: such a seat is the last step,
+    after at least two others, and sees at least two of them (a vote over one answer is that answer,
+    over none it answers nothing), the rule the warm start's targets keep.
+    """
+
+    def __init__(self, displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS, aggregators: Collection[str] = ()):
         if not displayed:
             raise ValueError("a workflow grammar needs at least one worker name")
         self.displayed = list(displayed)
         self.max_steps = max_steps
+        self.aggregators = frozenset(aggregators) & set(self.displayed)
+        self._aggregator_entries = frozenset(json.dumps(name, ensure_ascii=False) for name in self.aggregators) | {
+            str(index) for index, name in enumerate(self.displayed) if name in self.aggregators
+        }
         quoted = [json.dumps(name, ensure_ascii=False) for name in self.displayed]
         self._names = frozenset(quoted)
         self._name_prefixes = frozenset(name[:i] for name in quoted for i in range(1, len(name) + 1))
@@ -97,7 +107,7 @@ class WorkflowGrammar:
         if state.pending:
             if char != state.pending[0]:
                 return None
-            return State(state.part, state.pending[1:], state.count, state.steps, state.entry)
+            return State(state.part, state.pending[1:], state.count, state.steps, state.entry, state.vote)
         if state.done:
             return None
         if not state.entry:  # between entries: the next entry's first character, or the list's end
@@ -117,20 +127,24 @@ class WorkflowGrammar:
 
     @staticmethod
     def _entry(state: State, entry: str) -> State:
-        return State(state.part, "", state.count, state.steps, entry)
+        return State(state.part, "", state.count, state.steps, entry, state.vote)
 
     def _end_entry(self, state: State, char: str) -> State | None:
         """`char` (a separator's comma or a closing bracket) right after a finished entry."""
-        count = state.count + 1
+        count, vote = state.count + 1, state.vote
+        if state.part == 0 and state.entry in self._aggregator_entries:
+            if state.count < 2 or char != "]":  # an aggregator is the last step, after two or more
+                return None
+            vote = state.count
         limit = self.max_steps if state.part == 0 else state.steps
         if char == ",":
-            return State(state.part, SEPARATOR[1:], count, state.steps, "") if count < limit else None
+            return State(state.part, SEPARATOR[1:], count, state.steps, "", vote) if count < limit else None
         if char != "]" or count < limit and state.part > 0:
             return None
         steps = count if state.part == 0 else state.steps
         part = state.part + 1
         pending = OPENINGS[part][1:] if part < len(LIST_KEYS) else ""
-        return State(part, pending, 0, steps, "")
+        return State(part, pending, 0, steps, "", vote)
 
     def _worker(self, state: State, char: str) -> State | None:
         entry = state.entry
@@ -170,6 +184,8 @@ class WorkflowGrammar:
             return self._end_entry(state, char)
         last = entry.rsplit(" ", 1)[-1].lstrip("[")
         if char == "]":
+            if step == state.vote and len(set(entry[1:].split(", "))) < 2:  # a vote sees two steps or more
+                return None
             return self._entry(state, entry + char) if entry == "[" or last.isdigit() else None
         if char == ",":
             return self._entry(state, entry + char) if last.isdigit() else None
@@ -202,12 +218,13 @@ def _has_content(entry: str) -> bool:
     return bool(value.strip())
 
 
-def grammar_of_prompt(messages: Sequence[Mapping[str, Any]]) -> WorkflowGrammar:
-    """The grammar of what parses against the catalogue and step limit a conductor prompt shows."""
+def grammar_of_prompt(messages: Sequence[Mapping[str, Any]], aggregators: Collection[str] = ()) -> WorkflowGrammar:
+    """The grammar of what parses against the catalogue and step limit a conductor prompt shows;
+    `aggregators` are the pool's vote seats, as the prompt names them."""
     from conductor_pipeline.conductor.prompt import shown_catalogue
 
     names, max_steps = shown_catalogue(messages)
-    return WorkflowGrammar(names, max_steps)
+    return WorkflowGrammar(names, max_steps, aggregators)
 
 
 class TokenTexts:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +50,18 @@ class HFLocalPolicy:
     and generation runs in a worker thread behind a lock so the event loop stays responsive and
     two prompts never share the model concurrently. `device` is resolved once, here
     (`resolve_device`: `auto` is a GPU when there is one). `constrained`: sample only workflows that
-    parse against the catalogue each prompt shows (`conductor.constrained`).
+    parse against the catalogue each prompt shows (`conductor.constrained`), with the pool's vote
+    seats (`aggregators`) only aggregating.
     """
 
     def __init__(
-        self, model_path: str | Path, device: str = AUTO_DEVICE, *, name: str | None = None, constrained: bool = False
+        self, model_path: str | Path, device: str = AUTO_DEVICE, *, name: str | None = None, constrained: bool = False,
+        aggregators: Collection[str] = (),
     ):
         self.model_path = Path(model_path)
         self.device = resolve_device(device)
         self.name = name or f"hf:{self.model_path.name}"
-        self.constrained = constrained
+        self.constrained, self.aggregators = constrained, tuple(aggregators)
         self._model: Any = None
         self._tokenizer: Any = None
         self._vocabulary: Any = None
@@ -84,7 +86,7 @@ class HFLocalPolicy:
 
         if self._vocabulary is None:
             self._vocabulary = TokenTexts(self._tokenizer, self._stop_ids())
-        return ConstrainedChooser(inner, [grammar_of_prompt(messages) for messages in prompts], self._vocabulary)
+        return ConstrainedChooser(inner, [grammar_of_prompt(messages, self.aggregators) for messages in prompts], self._vocabulary)
 
     def _generate(
         self,

@@ -204,6 +204,7 @@ def build_grpo_trainer(
     output_dir: str | Path,
     *,
     callbacks: Sequence[Any] = (),
+    aggregators: Sequence[str] = (),
 ):
     """TRL's GRPOTrainer for these settings (`SharedPromptGRPOTrainer` when they share prompts),
     on a left-padding tokenizer of the policy and the prompt rows as a dataset."""
@@ -222,7 +223,8 @@ def build_grpo_trainer(
     }
     if settings.share_prompt_prefix:
         return SharedPromptGRPOTrainer(
-            args=settings.to_grpo_config(output_dir), constrained_decoding=settings.constrained_decoding, **common
+            args=settings.to_grpo_config(output_dir), constrained_decoding=settings.constrained_decoding,
+            aggregators=aggregators, **common,
         )
     if not settings.constrained_decoding:
         return GRPOTrainer(args=settings.to_grpo_config(output_dir), **common)
@@ -259,6 +261,7 @@ def train_grpo(
     resume: bool = True,
     max_steps_override: int | None = None,
     log: Callable[[str], object] | None = None,
+    aggregators: Sequence[str] = (),
 ) -> TrainingOutcome:
     """Run GRPO with TRL's GRPOTrainer; resume from the latest `checkpoint-*`; always checkpoint.
 
@@ -269,7 +272,8 @@ def train_grpo(
     it logged). An exception (including KeyboardInterrupt) saves the progress since the last
     checkpoint, then re-raises. A save that fails (a full disk) removes its half-written folder and
     raises `ArtifactWriteError` naming it; the previous checkpoint is untouched, so a rerun resumes
-    from it. `log` gets the lines about checkpoints skipped as incomplete.
+    from it. `log` gets the lines about checkpoints skipped as incomplete. `aggregators`: the pool's
+    vote seats, for constrained decoding.
     """
     output_dir = Path(output_dir)
     if max_steps_override is not None:
@@ -285,6 +289,7 @@ def train_grpo(
     trainer = build_grpo_trainer(
         model_path, prompts_dataset, reward_fn, settings, output_dir,
         callbacks=_make_callbacks(on_step, before_checkpoint, reward_fn, settings.num_generations, rows, stop_flag),
+        aggregators=aggregators,
     )
     save_failed = False
     try:

@@ -301,7 +301,7 @@ def run_pool_grpo(
     try:
         return train_grpo(
             model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=executor.write_rows,
-            resume=resume, log=log,
+            resume=resume, log=log, aggregators=training.pool_config.vote_seat_names,
         )
     finally:
         executor.write_rows()  # the rollouts since the last checkpoint

@@ -26,7 +26,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -109,7 +109,7 @@ def shared_prompt_rollout(prompts: list, trainer: GRPOTrainer) -> dict[str, Any]
     model = trainer.accelerator.unwrap_model(trainer.model)
     choose = WarpedSampler(config.temperature, config.top_k, config.top_p, config.min_p)
     if trainer.constrained_decoding:  # only workflows that parse against each prompt's catalogue
-        choose = ConstrainedChooser(choose, [grammar_of_prompt(messages) for messages in prompts], trainer.token_texts())
+        choose = ConstrainedChooser(choose, [grammar_of_prompt(messages, trainer.aggregators) for messages in prompts], trainer.token_texts())
     with torch.no_grad():
         completions = sample_rows(
             model, prompt_ids, max_new_tokens=trainer.max_completion_length, pad_token_id=tokenizer.pad_token_id,
@@ -122,14 +122,16 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose loss runs each distinct prompt of a micro-batch through the model once.
 
     `constrained_decoding` samples only workflows that parse against the catalogue each prompt shows
-    (`conductor.constrained`); the loss scores them under the unconstrained policy, as TRL does
-    with vLLM's structured outputs.
+    (`conductor.constrained`), the pool's vote seats (`aggregators`) only aggregating; the loss
+    scores them under the unconstrained policy, as TRL does with vLLM's structured outputs.
     """
 
-    def __init__(self, *args: Any, constrained_decoding: bool = False, **kwargs: Any):
+    def __init__(
+        self, *args: Any, constrained_decoding: bool = False, aggregators: Collection[str] = (), **kwargs: Any
+    ):
         check_trl_version()
         super().__init__(*args, rollout_func=shared_prompt_rollout, **kwargs)
-        self.constrained_decoding = constrained_decoding
+        self.constrained_decoding, self.aggregators = constrained_decoding, tuple(aggregators)
         self._token_texts: TokenTexts | None = None
         if not shares_prompts(self):
             if constrained_decoding:

@@ -178,3 +178,23 @@ def test_vllm_gets_one_regex_over_every_name_the_prompts_show():
     regex = re.compile(structured_outputs_regex(rows))
     assert regex.fullmatch(_workflow('["gpt-4o", "majority-vote"]', '["Solve.", "Vote."]', '[[], "all"]'))
     assert not regex.fullmatch(_workflow('["gemini-1.5-pro"]', '["Solve."]', "[[]]"))
+
+
+@pytest.mark.parametrize(
+    ("workers", "access", "accepted"),
+    [
+        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', '[[], [], "all"]', True),
+        ('[0, 3, 4]', "[[], [], [0, 1]]", True),
+        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', "[[], [], [1]]", False),  # a vote over one answer
+        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', "[[], [], [1, 1]]", False),
+        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', "[[], [], []]", False),  # over none: no answer
+        ('["gpt-4o", "majority-vote", "llama-3.1-8b"]', '[[], "all", "all"]', False),  # not last, after one
+        ('["majority-vote"]', "[[]]", False),
+    ],
+)
+def test_a_vote_seat_may_only_aggregate_two_or_more_earlier_steps(workers, access, accepted):
+    subtasks = str(["Solve."] * workers.count(",") + ["Vote."]).replace("'", '"')
+    text = _workflow(workers, subtasks, access)
+    assert parse_code(text, SEATS) == PARSE_OK  # each of them parses: the rule is the pool's, not the parser's
+    assert WorkflowGrammar(SEATS, aggregators=["majority-vote"]).accepts(text) == accepted
+    assert WorkflowGrammar(SEATS).accepts(text)

@@ -84,6 +84,9 @@ class WorkflowGrammar:
         quoted = [json.dumps(name, ensure_ascii=False) for name in self.displayed]
         self._names = frozenset(quoted)
         self._name_prefixes = frozenset(name[:i] for name in quoted for i in range(1, len(name) + 1))
+        # Where an aggregator may not stand (fewer than two steps before it), only a solver's name may be begun.
+        solvers = [json.dumps(name, ensure_ascii=False) for name in self.displayed if name not in self.aggregators]
+        self._solver_prefixes = frozenset(name[:i] for name in solvers for i in range(1, len(name) + 1))
 
     def start(self) -> State:
         return State()
@@ -116,7 +119,7 @@ class WorkflowGrammar:
 
     def _entry_start(self, state: State, char: str) -> State | None:
         if state.part == 0:
-            if char == '"' or (char.isdigit() and int(char) < len(self.displayed)):
+            if char == '"' or (char.isdigit() and self._index_may_start(state, char)):
                 return self._entry(state, char)
             return None
         if state.part == 1:
@@ -152,12 +155,22 @@ class WorkflowGrammar:
             if entry in self._names:  # a whole quoted name: what follows ends the entry
                 return self._end_entry(state, char)
             grown = entry + char
-            return self._entry(state, grown) if grown in self._name_prefixes else None
+            prefixes = self._name_prefixes if state.count >= 2 else self._solver_prefixes
+            return self._entry(state, grown) if grown in prefixes else None
         if char.isdigit():  # an index, no leading zero, inside the catalogue
             grown = entry + char
-            ok = entry != "0" and int(grown) < len(self.displayed)
+            ok = entry != "0" and self._index_may_start(state, grown)
             return self._entry(state, grown) if ok else None
         return self._end_entry(state, char)
+
+    def _index_may_start(self, state: State, digits: str) -> bool:
+        """Whether an index entry may begin (or go on) with `digits`: it names a worker that may stand
+        here, or a longer index could."""
+        index = int(digits)
+        if index >= len(self.displayed):
+            return False
+        allowed = state.count >= 2 or self.displayed[index] not in self.aggregators
+        return allowed or (digits != "0" and index * 10 < len(self.displayed))
 
     def _subtask(self, state: State, char: str) -> State | None:
         entry = state.entry

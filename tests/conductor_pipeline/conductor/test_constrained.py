@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conductor_pipeline.conductor.constrained import (
+    OPENINGS,
     ConstrainedChooser,
     TokenTexts,
     WorkflowGrammar,
@@ -153,7 +154,7 @@ def test_an_untrained_model_sampled_through_the_grammar_writes_only_workflows_th
                                stop_token_ids=stops, choose=choose)
 
     inner = WarpedSampler(1.0) if sampler == "warped" else SeededGumbelSampler(range(len(rows)), 1.0, "cpu")
-    grammars = [grammar_of_prompt(p) for p in prompts]
+    grammars = [grammar_of_prompt(p, ["majority-vote"]) for p in prompts]
     completions = sample(ConstrainedChooser(inner, grammars, vocabulary))
     finished = 0
     for tokens, grammar, prompt in zip(completions, grammars, prompts, strict=True):
@@ -198,3 +199,26 @@ def test_a_vote_seat_may_only_aggregate_two_or_more_earlier_steps(workers, acces
     assert parse_code(text, SEATS) == PARSE_OK  # each of them parses: the rule is the pool's, not the parser's
     assert WorkflowGrammar(SEATS, aggregators=["majority-vote"]).accepts(text) == accepted
     assert WorkflowGrammar(SEATS).accepts(text)
+
+
+def test_random_scores_never_lead_the_grammar_into_a_dead_end():
+    """Whatever the scores, some token always continues: names whole or in pieces, a vote seat
+    among them (the chooser raises if a row is left with no allowed token)."""
+    pieces = sorted(set("".join(SEATS)) | set("".join(OPENINGS)) | set('[]", \n\\01234allbt'))
+    texts = Texts([*pieces, *SEATS, *(f'"{name}"' for name in SEATS), 'model_id = ["', "<stop>"], stops=[])
+    texts.stops = frozenset([len(texts.texts) - 1])
+    rng = torch.Generator().manual_seed(3)
+    for trial in range(40):
+        shown = random.Random(trial).sample(SEATS, 4)
+        grammar = WorkflowGrammar(shown, max_steps=4, aggregators=["majority-vote"])
+        chooser = ConstrainedChooser(GreedyChooser(), [grammar], texts)
+        text = ""
+        for _ in range(400):
+            token = int(chooser(torch.rand(1, len(texts.texts), generator=rng), torch.tensor([0]))[0])
+            if token in texts.stops:
+                break
+            text += texts.texts[token]
+        if chooser.states[0].done:
+            assert parse_code(text, shown) == PARSE_OK and grammar.accepts(text), text
+        else:
+            assert grammar.advance(grammar.start(), text) is not None

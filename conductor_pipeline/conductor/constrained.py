@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from conductor_pipeline.workflow import ALL, DEFAULT_MAX_STEPS, LIST_KEYS
 OPENINGS = tuple(f"{'' if i == 0 else ']' + chr(10)}{key} = [" for i, key in enumerate(LIST_KEYS))
 SEPARATOR = ", "
 JSON_ESCAPES = frozenset('"\\/bfnrt')
+QUOTED_ALL = json.dumps(ALL)
 # Candidates per row tried from the sampler's top scores before scanning the whole vocabulary.
 TOP_CANDIDATES = 16
 
@@ -78,15 +79,14 @@ class WorkflowGrammar:
         self.displayed = list(displayed)
         self.max_steps = max_steps
         self.aggregators = frozenset(aggregators) & set(self.displayed)
-        self._aggregator_entries = frozenset(json.dumps(name, ensure_ascii=False) for name in self.aggregators) | {
+        quoted = {name: json.dumps(name, ensure_ascii=False) for name in self.displayed}
+        self._aggregator_entries = frozenset(quoted[name] for name in self.aggregators) | {
             str(index) for index, name in enumerate(self.displayed) if name in self.aggregators
         }
-        quoted = [json.dumps(name, ensure_ascii=False) for name in self.displayed]
-        self._names = frozenset(quoted)
-        self._name_prefixes = frozenset(name[:i] for name in quoted for i in range(1, len(name) + 1))
+        self._names = frozenset(quoted.values())
+        self._name_prefixes = _prefixes(quoted.values())
         # Where an aggregator may not stand (fewer than two steps before it), only a solver's name may be begun.
-        solvers = [json.dumps(name, ensure_ascii=False) for name in self.displayed if name not in self.aggregators]
-        self._solver_prefixes = frozenset(name[:i] for name in solvers for i in range(1, len(name) + 1))
+        self._solver_prefixes = _prefixes(q for name, q in quoted.items() if name not in self.aggregators)
 
     def start(self) -> State:
         return State()
@@ -187,11 +187,10 @@ class WorkflowGrammar:
     def _access(self, state: State, char: str) -> State | None:
         entry, step = state.entry, state.count
         if entry[0] == '"':
-            quoted_all = json.dumps(ALL)
-            if entry == quoted_all:
+            if entry == QUOTED_ALL:
                 return self._end_entry(state, char)
             grown = entry + char
-            return self._entry(state, grown) if quoted_all.startswith(grown) else None
+            return self._entry(state, grown) if QUOTED_ALL.startswith(grown) else None
         # A list of earlier step numbers: "[", then numbers separated by ", ", then "]".
         if entry.endswith("]"):
             return self._end_entry(state, char)
@@ -208,6 +207,11 @@ class WorkflowGrammar:
             number = (last if last.isdigit() else "") + char
             return self._entry(state, entry + char) if last != "0" and int(number) < step else None
         return None
+
+
+def _prefixes(words: Iterable[str]) -> frozenset[str]:
+    """Every non-empty prefix of every word."""
+    return frozenset(word[:i] for word in words for i in range(1, len(word) + 1))
 
 
 def _closed_string(entry: str) -> bool:
@@ -238,6 +242,21 @@ def grammar_of_prompt(messages: Sequence[Mapping[str, Any]], aggregators: Collec
 
     names, max_steps = shown_catalogue(messages)
     return WorkflowGrammar(names, max_steps, aggregators)
+
+
+def grammars_of_prompts(
+    prompts: Sequence[Sequence[Mapping[str, Any]]], aggregators: Collection[str] = ()
+) -> list[WorkflowGrammar]:
+    """Each prompt row's grammar, built once per distinct system message (a group's rows share one:
+    a grammar holds no per-row state, the chooser does)."""
+    built: dict[str, WorkflowGrammar] = {}
+    grammars = []
+    for messages in prompts:
+        key = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
+        if key not in built:
+            built[key] = grammar_of_prompt(messages, aggregators)
+        grammars.append(built[key])
+    return grammars
 
 
 class TokenTexts:
@@ -310,11 +329,9 @@ def workflow_regex(displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS)
     char = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])'
     content = r'(?:[^"\\\s\x00-\x1f]|\\["\\/])'  # a character that is not whitespace
     subtask = f'"{char}*{content}{char}*"'
+    listed = re.escape(SEPARATOR).join
     alternatives = []
     for steps in range(1, max_steps + 1):
-        def listed(items: Sequence[str]) -> str:
-            return re.escape(SEPARATOR).join(items)
-
         access = [r'\[\]|"all"' + (f"|\\[(?:{_below(i)})(?:, (?:{_below(i)}))*\\]" if i else "") for i in range(steps)]
         parts = [
             re.escape(OPENINGS[0]) + listed([worker] * steps),

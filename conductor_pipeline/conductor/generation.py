@@ -106,8 +106,7 @@ class WarpedSampler:
         import torch
 
         scores = self.warpers(None, logits.float())
-        uniform = torch.rand(scores.shape, device=scores.device).clamp_min(torch.finfo(torch.float32).tiny)
-        return scores - torch.log(-torch.log(uniform))
+        return scores + gumbel_noise(torch.rand(scores.shape, device=scores.device))
 
 
 class SeededGumbelSampler:
@@ -131,8 +130,15 @@ class SeededGumbelSampler:
 
         uniform = torch.stack(
             [torch.rand(logits.shape[-1], generator=self.generators[row], device=logits.device) for row in rows.tolist()]
-        ).clamp_min(torch.finfo(torch.float32).tiny)
-        return logits.float() / self.temperature - torch.log(-torch.log(uniform))
+        )
+        return logits.float() / self.temperature + gumbel_noise(uniform)
+
+
+def gumbel_noise(uniform: Any) -> Any:
+    """Standard Gumbel noise from uniform draws (clamped away from 0, whose log is -inf)."""
+    import torch
+
+    return -torch.log(-torch.log(uniform.clamp_min(torch.finfo(torch.float32).tiny)))
 
 
 def sample_rows(

@@ -82,11 +82,11 @@ class HFLocalPolicy:
         each row's catalogue (`conductor.constrained`)."""
         if not self.constrained:
             return inner
-        from conductor_pipeline.conductor.constrained import ConstrainedChooser, TokenTexts, grammar_of_prompt
+        from conductor_pipeline.conductor.constrained import ConstrainedChooser, TokenTexts, grammars_of_prompts
 
         if self._vocabulary is None:
             self._vocabulary = TokenTexts(self._tokenizer, self._stop_ids())
-        return ConstrainedChooser(inner, [grammar_of_prompt(messages, self.aggregators) for messages in prompts], self._vocabulary)
+        return ConstrainedChooser(inner, grammars_of_prompts(prompts, self.aggregators), self._vocabulary)
 
     def _generate(
         self,

@@ -35,7 +35,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from trl import GRPOTrainer
 
-from conductor_pipeline.conductor.constrained import ConstrainedChooser, TokenTexts, grammar_of_prompt
+from conductor_pipeline.conductor.constrained import ConstrainedChooser, TokenTexts, grammars_of_prompts
 from conductor_pipeline.conductor.generation import WarpedSampler, sample_rows
 
 # The TRL release this module was written against (its GRPOTrainer internals are not an API).
@@ -109,7 +109,7 @@ def shared_prompt_rollout(prompts: list, trainer: GRPOTrainer) -> dict[str, Any]
     model = trainer.accelerator.unwrap_model(trainer.model)
     choose = WarpedSampler(config.temperature, config.top_k, config.top_p, config.min_p)
     if trainer.constrained_decoding:  # only workflows that parse against each prompt's catalogue
-        choose = ConstrainedChooser(choose, [grammar_of_prompt(messages, trainer.aggregators) for messages in prompts], trainer.token_texts())
+        choose = ConstrainedChooser(choose, grammars_of_prompts(prompts, trainer.aggregators), trainer.token_texts())
     with torch.no_grad():
         completions = sample_rows(
             model, prompt_ids, max_new_tokens=trainer.max_completion_length, pad_token_id=tokenizer.pad_token_id,

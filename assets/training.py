@@ -324,7 +324,7 @@ def warm_start_policy(
         style = trainer.warm_start_style
         pairs = warm_start_pairs(
             rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.worker_naming, style=style,
-            aggregators=pool_config.vote_seat_names,
+            aggregators=pool_config.vote_seat_names, fan_out_only=trainer.fan_out_warm_start,
         )
         sft = trainer.sft_settings()
         context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
@@ -348,6 +348,7 @@ def warm_start_policy(
         parse_codes_after=dg.MetadataValue.json(codes_after),
         synthetic_pairs=dg.MetadataValue.int(len(pairs)),
         synthetic_style=dg.MetadataValue.text(style),
+        fan_out_warm_start=dg.MetadataValue.bool(trainer.fan_out_warm_start),
         sft_steps=dg.MetadataValue.int(sft.max_steps),
         final_loss=dg.MetadataValue.float(final_loss(history)),
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),

@@ -38,7 +38,7 @@ from conductor_pipeline.training.settings import (
     SFTSettings,
     gpu_lora,
 )
-from conductor_pipeline.training.synthetic import SyntheticStyle
+from conductor_pipeline.training.synthetic import FAN_OUT_SHARE, SyntheticStyle
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.world_model.prompts_and_pruning import PRUNE_HIGH, PRUNE_LOW
 from resources.knobs import override_names, overrides_model
@@ -172,6 +172,13 @@ class TrainerResource(_TrainerOverrides):
         "auto",
         description=f"Warm-start targets; auto: '{CPU_SYNTHETIC_STYLE}' on cpu, '{GPU_SYNTHETIC_STYLE}' on "
         "cpu-smollm2 and gpu",
+    )
+    fan_out_warm_start: bool = Field(
+        False,
+        description=f"On prompts that show a vote seat, make every multi-step warm-start target a fan-out (two or "
+        f"more workers, drawn uniformly, then the vote over all of them); single-step targets keep their share. Off: "
+        f"{FAN_OUT_SHARE:.0%} of such targets fan out and the rest are the style's shapes, chains included. A "
+        f"shape prior, not routing: it says nothing about which workers",
     )
     sft: SFTOverrides = Field(default_factory=SFTOverrides, description="Warm-start SFT settings over the profile's")
     parse_check_prompts: int = Field(

@@ -9,7 +9,9 @@ Every target is rendered by `render_workflow`, so it parses by construction (and
 A prompt that shows an aggregator seat (`backend: vote`) and at least two workers that answer alone
 also gets fan-out-and-aggregate targets (`FAN_OUT_SHARE` of them): two or more workers solve the
 problem independently, then the vote sees all of them. An aggregator is never drawn for any other
-step (with nothing to aggregate it answers nothing), so no target is a vote alone.
+step (with nothing to aggregate it answers nothing), so no target is a vote alone. With
+`fan_out_only`, every multi-step target on such a prompt is a fan-out instead (single steps keep
+their share): whether to call more than one worker is then the same choice as whether to vote.
 
 Two styles:
 - "paper": a one-line reasoning that names the workers, then the three lists; five shapes of one to
@@ -158,20 +160,28 @@ def synthetic_target(
     style: SyntheticStyle,
     aggregators: Collection[str] = (),
     labels: Mapping[str, str] | None = None,
+    fan_out_only: bool = False,
 ) -> str:
     """One valid workflow text over the `displayed` worker names, drawn from the style's shapes;
     `aggregators` are the displayed names of vote seats, drawn only to aggregate a fan-out. The
     "named" style first names each chosen worker by its catalogue label (`labels`: displayed name ->
-    `worker_label` of its description) and then by its displayed name, one line each."""
+    `worker_label` of its description) and then by its displayed name, one line each. With
+    `fan_out_only` and an aggregator shown, a drawn multi-step shape becomes a fan-out."""
     solvers = [name for name in displayed if name not in aggregators]
     if not solvers:
         raise ValueError(f"no displayed worker answers alone: {list(displayed)} are all aggregators")
     shown_aggregators = [name for name in displayed if name in aggregators]
-    if shown_aggregators and len(solvers) >= 2 and rng.random() < FAN_OUT_SHARE:
+    can_fan_out = bool(shown_aggregators) and len(solvers) >= 2
+    shapes = STYLES[style]
+    if can_fan_out and fan_out_only:
+        shape = rng.choices(shapes, [s.weight for s in shapes])[0]
+        fan_out = len(shape.subtasks) > 1
+    else:
+        shape, fan_out = None, can_fan_out and rng.random() < FAN_OUT_SHARE
+    if fan_out:
         workflow, reasoning = _fan_out(rng, solvers, rng.choice(shown_aggregators), style)
     else:
-        shapes = STYLES[style]
-        shape = rng.choices(shapes, [s.weight for s in shapes])[0]
+        shape = shape or rng.choices(shapes, [s.weight for s in shapes])[0]
         chosen = _draw_workers(rng, solvers, len(shape.subtasks))
         steps = zip(chosen, shape.subtasks, shape.sees, strict=True)
         workflow = Workflow(tuple(Step(worker, subtask, sees) for worker, subtask, sees in steps))
@@ -236,10 +246,12 @@ def warm_start_pairs(
     style: SyntheticStyle = "paper",
     aggregators: Collection[str] = (),
     labels: Mapping[str, str] | None = None,
+    fan_out_only: bool = False,
 ) -> list[tuple[list[dict[str, str]], str]]:
     """`n` pairs on exactly the GRPO prompts: each row's `prompt` messages with a target over the
     workers that prompt showed (`row["workers"]`), cycling through the rows in a seeded order.
-    `aggregators` are the pool's vote seats (real names): prompts that show one get fan-out targets.
+    `aggregators` are the pool's vote seats (real names): prompts that show one get fan-out targets
+    (with `fan_out_only`, as their only multi-step targets: `synthetic_target`).
     `labels` (real name -> catalogue label) are what the "named" style calls each worker.
 
     Why the GRPO rows themselves: the warm start then sees the same catalogue text, sub-pool sizes,
@@ -260,7 +272,8 @@ def warm_start_pairs(
                 {name: labels[real] for name, real in zip(displayed, row["workers"], strict=True)} if labels else None
             )
             target = synthetic_target(
-                rng, displayed, naming=naming, style=style, aggregators=shown_aggregators, labels=shown_labels
+                rng, displayed, naming=naming, style=style, aggregators=shown_aggregators, labels=shown_labels,
+                fan_out_only=fan_out_only,
             )
             pairs.append((list(row["prompt"]), target))
     return pairs

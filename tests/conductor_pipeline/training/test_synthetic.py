@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -13,6 +14,7 @@ from conductor_pipeline.training.rollouts import pool_prompt_rows
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.synthetic import (
     COMPACT_SUBTASKS,
+    STYLES,
     format_corpus,
     synthetic_target,
     synthetic_workflows,
@@ -138,6 +140,39 @@ def test_prompts_showing_the_vote_get_fan_out_targets_and_never_a_vote_alone(sty
         assert workflow.steps[-1].sees == tuple(range(len(used) - 1))
         assert len(set(used[:-1])) == len(used) - 1 >= 2
     assert 0.2 < fan_outs / with_vote < 0.4  # FAN_OUT_SHARE of the prompts that show the vote
+
+
+@pytest.mark.parametrize("style", ["compact", "paper"])
+def test_fan_out_only_makes_every_multi_step_target_a_fan_out(style):
+    """With `fan_out_only`, a prompt that shows the vote gets single steps at the style's single-step
+    weight and fan-outs for the rest: no chain and no judge that is not the vote; workers stay uniform."""
+    _, rows = _rows("replay-mixed6-vote", 300)
+    shown = {row["prompt"][-1]["content"]: row["workers"] for row in rows}
+    single_weight = sum(s.weight for s in STYLES[style] if len(s.subtasks) == 1) / sum(s.weight for s in STYLES[style])
+    singles = with_vote = 0
+    first_solvers: Counter[str] = Counter()
+    pairs = warm_start_pairs(rows, n=1200, seed=1, style=style, aggregators=["majority-vote"], fan_out_only=True)
+    for messages, target in pairs:
+        workers = shown[messages[-1]["content"]]
+        used = [workers[int(name.split()[-1])] for name in parse_workflow(
+            target, displayed_worker_names(workers, "ordinal")).workers]
+        if "majority-vote" not in workers or len(workers) < 3:
+            continue
+        with_vote += 1
+        singles += len(used) == 1
+        first_solvers[used[0]] += 1
+        assert len(used) == 1 or (used[-1] == "majority-vote" and len(set(used[:-1])) == len(used) - 1 >= 2)
+    assert with_vote > 500
+    assert abs(singles / with_vote - single_weight) < 0.06
+    assert "majority-vote" not in first_solvers and len(first_solvers) == 6
+    # Off, the same rows keep today's mix, chains included.
+    chains = 0
+    for messages, target in warm_start_pairs(rows, n=1200, seed=1, style=style, aggregators=["majority-vote"]):
+        workers = shown[messages[-1]["content"]]
+        used = [workers[int(name.split()[-1])] for name in parse_workflow(
+            target, displayed_worker_names(workers, "ordinal")).workers]
+        chains += len(used) > 1 and "majority-vote" not in used
+    assert chains > 100
 
 
 def test_without_an_aggregator_targets_are_what_they_were():

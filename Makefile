@@ -54,9 +54,11 @@ run-all: setup
 
 ## The paper's rollout budget on the tiny CPU policy (trainer profile cpu-paper: groups of 64 x 4
 ## questions x 200 steps = 51,200 rollouts), then the evaluation, on POOL; curves live in `make tensorboard`.
+## CONFIG=FILE passes a run-settings YAML (`--config`, assets/run_settings.py), e.g. trainer knobs.
 POOL ?= replay-mixed6
+CONFIG ?=
 train-paper: setup
-	CORYPHAEUS_TRAINER_PROFILE=cpu-paper $(PY) -m assets.main --pool $(POOL)
+	CORYPHAEUS_TRAINER_PROFILE=cpu-paper $(PY) -m assets.main --pool $(POOL) $(if $(CONFIG),--config $(CONFIG))
 
 ## Every GRPO run's curves (reward, parse failures, routing, per-worker shares), live, on http://127.0.0.1:6006.
 tensorboard: setup

@@ -76,7 +76,7 @@ from conductor_pipeline.training.runs import (
 )
 from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.sft import final_loss, read_sft_history, warm_start_sft
-from conductor_pipeline.training.synthetic import warm_start_pairs
+from conductor_pipeline.training.synthetic import MAX_FAN_OUT, warm_start_pairs
 from conductor_pipeline.training.telemetry import (
     PARSE_CHECK_AFTER,
     PARSE_CHECK_BEFORE,
@@ -325,6 +325,7 @@ def warm_start_policy(
         pairs = warm_start_pairs(
             rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.worker_naming, style=style,
             aggregators=pool_config.vote_seat_names, fan_out_only=trainer.fan_out_warm_start,
+            max_fan_out=trainer.max_fan_out,
         )
         sft = trainer.sft_settings()
         context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
@@ -349,6 +350,7 @@ def warm_start_policy(
         synthetic_pairs=dg.MetadataValue.int(len(pairs)),
         synthetic_style=dg.MetadataValue.text(style),
         fan_out_warm_start=dg.MetadataValue.bool(trainer.fan_out_warm_start),
+        max_fan_out=dg.MetadataValue.int(trainer.max_fan_out or MAX_FAN_OUT[style]),
         sft_steps=dg.MetadataValue.int(sft.max_steps),
         final_loss=dg.MetadataValue.float(final_loss(history)),
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),

@@ -40,7 +40,7 @@ from conductor_pipeline.conductor.prompt import (
     build_conductor_prompt,
     displayed_worker_names,
 )
-from conductor_pipeline.workflow import Step, Workflow, render_workflow
+from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, Step, Workflow, render_workflow
 
 FINAL = "Give the final answer in \\boxed{}."
 SyntheticStyle = Literal["paper", "compact", "named"]
@@ -161,12 +161,14 @@ def synthetic_target(
     aggregators: Collection[str] = (),
     labels: Mapping[str, str] | None = None,
     fan_out_only: bool = False,
+    max_fan_out: int | None = None,
 ) -> str:
     """One valid workflow text over the `displayed` worker names, drawn from the style's shapes;
     `aggregators` are the displayed names of vote seats, drawn only to aggregate a fan-out. The
     "named" style first names each chosen worker by its catalogue label (`labels`: displayed name ->
     `worker_label` of its description) and then by its displayed name, one line each. With
-    `fan_out_only` and an aggregator shown, a drawn multi-step shape becomes a fan-out."""
+    `fan_out_only` and an aggregator shown, a drawn multi-step shape becomes a fan-out; a fan-out
+    has two to `max_fan_out` solvers (default: the style's `MAX_FAN_OUT`)."""
     solvers = [name for name in displayed if name not in aggregators]
     if not solvers:
         raise ValueError(f"no displayed worker answers alone: {list(displayed)} are all aggregators")
@@ -179,7 +181,7 @@ def synthetic_target(
     else:
         shape, fan_out = None, can_fan_out and rng.random() < FAN_OUT_SHARE
     if fan_out:
-        workflow, reasoning = _fan_out(rng, solvers, rng.choice(shown_aggregators), style)
+        workflow, reasoning = _fan_out(rng, solvers, rng.choice(shown_aggregators), style, max_fan_out)
     else:
         shape = shape or rng.choices(shapes, [s.weight for s in shapes])[0]
         chosen = _draw_workers(rng, solvers, len(shape.subtasks))
@@ -194,9 +196,15 @@ def synthetic_target(
     return f"{reasoning}\n{lists}" if reasoning else lists
 
 
-def _fan_out(rng: random.Random, solvers: Sequence[str], aggregator: str, style: SyntheticStyle) -> tuple[Workflow, str]:
+def _fan_out(
+    rng: random.Random, solvers: Sequence[str], aggregator: str, style: SyntheticStyle, max_fan_out: int | None
+) -> tuple[Workflow, str]:
     """Two or more distinct solvers answer independently, then the aggregator sees all of them."""
-    chosen = rng.sample(list(solvers), rng.randint(2, min(len(solvers), MAX_FAN_OUT[style])))
+    widest = MAX_FAN_OUT[style] if max_fan_out is None else max_fan_out
+    if not 2 <= widest < DEFAULT_MAX_STEPS:
+        raise ValueError(f"max_fan_out must be 2 to {DEFAULT_MAX_STEPS - 1} (a workflow has at most "
+                         f"{DEFAULT_MAX_STEPS} steps, the vote one of them), got {widest}")
+    chosen = rng.sample(list(solvers), rng.randint(2, min(len(solvers), widest)))
     solve, aggregate = FAN_OUT_SUBTASKS[style]
     steps = [Step(worker, solve, ()) for worker in chosen]
     steps.append(Step(aggregator, aggregate, tuple(range(len(chosen)))))
@@ -247,11 +255,12 @@ def warm_start_pairs(
     aggregators: Collection[str] = (),
     labels: Mapping[str, str] | None = None,
     fan_out_only: bool = False,
+    max_fan_out: int | None = None,
 ) -> list[tuple[list[dict[str, str]], str]]:
     """`n` pairs on exactly the GRPO prompts: each row's `prompt` messages with a target over the
     workers that prompt showed (`row["workers"]`), cycling through the rows in a seeded order.
     `aggregators` are the pool's vote seats (real names): prompts that show one get fan-out targets
-    (with `fan_out_only`, as their only multi-step targets: `synthetic_target`).
+    (with `fan_out_only`, as their only multi-step targets; of up to `max_fan_out` solvers: `synthetic_target`).
     `labels` (real name -> catalogue label) are what the "named" style calls each worker.
 
     Why the GRPO rows themselves: the warm start then sees the same catalogue text, sub-pool sizes,
@@ -273,7 +282,7 @@ def warm_start_pairs(
             )
             target = synthetic_target(
                 rng, displayed, naming=naming, style=style, aggregators=shown_aggregators, labels=shown_labels,
-                fan_out_only=fan_out_only,
+                fan_out_only=fan_out_only, max_fan_out=max_fan_out,
             )
             pairs.append((list(row["prompt"]), target))
     return pairs

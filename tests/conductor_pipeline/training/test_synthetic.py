@@ -175,6 +175,23 @@ def test_fan_out_only_makes_every_multi_step_target_a_fan_out(style):
     assert chains > 100
 
 
+def test_max_fan_out_widens_fan_outs_up_to_the_step_limit():
+    """Fan-outs draw two to `max_fan_out` solvers (the style's MAX_FAN_OUT by default); four
+    solvers and the vote are the five-step limit, so five is refused."""
+    displayed = displayed_worker_names([f"w{i}" for i in range(7)], "ordinal")
+
+    def widths(**kwargs) -> set[int]:
+        rng = random.Random(0)
+        targets = [synthetic_target(rng, displayed, naming="ordinal", style="compact", aggregators=[displayed[6]],
+                                    fan_out_only=True, **kwargs) for _ in range(400)]
+        return {len(parse_workflow(t, displayed).steps) - 1 for t in targets} - {0}
+
+    assert widths() == {2, 3}
+    assert widths(max_fan_out=4) == {2, 3, 4}
+    with pytest.raises(ValueError, match="max_fan_out must be 2 to 4"):
+        widths(max_fan_out=5)
+
+
 def test_without_an_aggregator_targets_are_what_they_were():
     """Naming no aggregator draws exactly the single-worker shapes (the default pool's warm start)."""
     rows = _rows("replay-mixed6", 20)[1]

@@ -309,6 +309,25 @@ def test_cpu_profile_completion_cap_fits_every_fan_out_target(tiny_model):
     assert longest <= GRPOSettings.cpu_profile().max_completion_length
 
 
+def test_a_104_token_cap_fits_every_four_solver_fan_out(tiny_model):
+    """`max_fan_out: 4` targets (four solvers and the vote) need a longer rollout cap than the
+    profile's 80 tokens; 104, the cap the paper-budget run with them uses, fits the longest."""
+    from transformers import AutoTokenizer
+
+    from conductor_pipeline.conductor.prompt import displayed_worker_names
+    from conductor_pipeline.pools.config import load_pool
+    from conductor_pipeline.training.synthetic import synthetic_target
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    pool = load_pool("replay-mixed6-vote")
+    displayed = displayed_worker_names(pool.worker_names, "names")
+    rng = random.Random(0)
+    targets = [synthetic_target(rng, displayed, naming="names", style="compact", aggregators=["majority-vote"],
+                                fan_out_only=True, max_fan_out=4) for _ in range(400)]
+    lengths = [len(tokenizer(t).input_ids) + 1 for t in targets]  # + the end-of-turn token
+    assert max(lengths) <= 104 and max(lengths) > GRPOSettings.cpu_profile().max_completion_length
+
+
 # --- SFT and GRPO on the tiny model ------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from conductor_pipeline.training.settings import (
     gpu_lora,
 )
 from conductor_pipeline.training.synthetic import FAN_OUT_SHARE, MAX_FAN_OUT, SyntheticStyle
+from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.workflow import DEFAULT_MAX_STEPS
 from conductor_pipeline.world_model.prompts_and_pruning import PRUNE_HIGH, PRUNE_LOW
@@ -176,16 +177,17 @@ class TrainerResource(_TrainerOverrides):
     )
     fan_out_warm_start: bool = Field(
         False,
-        description=f"On prompts that show a vote seat, make every multi-step warm-start target a fan-out (two or "
-        f"more workers, drawn uniformly, then the vote over all of them); single-step targets keep their share. Off: "
-        f"{FAN_OUT_SHARE:.0%} of such targets fan out and the rest are the style's shapes, chains included. A "
-        f"shape prior, not routing: it says nothing about which workers",
+        description=f"On prompts that show a vote seat, make every multi-step warm-start target a fan-out "
+        f"({MIN_VOTE_INPUTS} or more workers, drawn uniformly, then the vote over all of them); single-step "
+        f"targets keep their share. Off: {FAN_OUT_SHARE:.0%} of such targets fan out and the rest are the "
+        f"style's shapes, chains included. A shape prior, not routing: it says nothing about which workers",
     )
     max_fan_out: int | None = Field(
-        None, ge=2, le=DEFAULT_MAX_STEPS - 1,
-        description=f"Most solvers a warm-start fan-out draws (uniformly from two to this many); empty: the style's "
-        f"({', '.join(f'{style} {n}' for style, n in MAX_FAN_OUT.items())}; compact's three and the vote fit the cpu "
-        f"profiles' 80-token cap, four need about 100 tokens: raise max_completion_length with it)",
+        None, ge=MIN_VOTE_INPUTS, le=DEFAULT_MAX_STEPS - 1,
+        description=f"Most solvers a warm-start fan-out draws (uniformly from {MIN_VOTE_INPUTS} to this many); "
+        f"empty: the style's ({', '.join(f'{style} {n}' for style, n in MAX_FAN_OUT.items())}; compact's three "
+        f"and the vote fit the cpu profiles' 80-token cap, four need about 100 tokens: raise "
+        f"max_completion_length with it)",
     )
     sft: SFTOverrides = Field(default_factory=SFTOverrides, description="Warm-start SFT settings over the profile's")
     parse_check_prompts: int = Field(

@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
 from conductor_pipeline.workflow import ALL, DEFAULT_MAX_STEPS, LIST_KEYS
 
 # The fixed text between the lists (and before the first), exactly as `render_workflow` writes it.
@@ -69,8 +70,8 @@ class WorkflowGrammar:
     """The workflows that parse against one catalogue (`displayed`: the names a prompt shows).
 
     `aggregators` (displayed names of vote seats) may only aggregate: such a seat is the last step,
-    after at least two others, and sees at least two of them (a vote over one answer is that answer,
-    over none it answers nothing), the rule the warm start's targets keep.
+    after at least `MIN_VOTE_INPUTS` others, and sees at least that many of them (a vote over fewer
+    only repeats its first answer, over none it answers nothing), the rule the warm start's targets keep.
     """
 
     def __init__(self, displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS, aggregators: Collection[str] = ()):
@@ -85,7 +86,7 @@ class WorkflowGrammar:
         }
         self._names = frozenset(quoted.values())
         self._name_prefixes = _prefixes(quoted.values())
-        # Where an aggregator may not stand (fewer than two steps before it), only a solver's name may be begun.
+        # Where an aggregator may not stand (too few steps before it), only a solver's name may be begun.
         self._solver_prefixes = _prefixes(q for name, q in quoted.items() if name not in self.aggregators)
 
     def start(self) -> State:
@@ -136,7 +137,7 @@ class WorkflowGrammar:
         """`char` (a separator's comma or a closing bracket) right after a finished entry."""
         count, vote = state.count + 1, state.vote
         if state.part == 0 and state.entry in self._aggregator_entries:
-            if state.count < 2 or char != "]":  # an aggregator is the last step, after two or more
+            if state.count < MIN_VOTE_INPUTS or char != "]":  # an aggregator is the last step, after enough others
                 return None
             vote = state.count
         limit = self.max_steps if state.part == 0 else state.steps
@@ -155,7 +156,7 @@ class WorkflowGrammar:
             if entry in self._names:  # a whole quoted name: what follows ends the entry
                 return self._end_entry(state, char)
             grown = entry + char
-            prefixes = self._name_prefixes if state.count >= 2 else self._solver_prefixes
+            prefixes = self._name_prefixes if state.count >= MIN_VOTE_INPUTS else self._solver_prefixes
             return self._entry(state, grown) if grown in prefixes else None
         if char.isdigit():  # an index, no leading zero, inside the catalogue
             grown = entry + char
@@ -169,7 +170,7 @@ class WorkflowGrammar:
         index = int(digits)
         if index >= len(self.displayed):
             return False
-        allowed = state.count >= 2 or self.displayed[index] not in self.aggregators
+        allowed = state.count >= MIN_VOTE_INPUTS or self.displayed[index] not in self.aggregators
         return allowed or (digits != "0" and index * 10 < len(self.displayed))
 
     def _subtask(self, state: State, char: str) -> State | None:
@@ -196,7 +197,7 @@ class WorkflowGrammar:
             return self._end_entry(state, char)
         last = entry.rsplit(" ", 1)[-1].lstrip("[")
         if char == "]":
-            if step == state.vote and len(set(entry[1:].split(", "))) < 2:  # a vote sees two steps or more
+            if step == state.vote and len(set(entry[1:].split(", "))) < MIN_VOTE_INPUTS:  # a vote sees enough steps
                 return None
             return self._entry(state, entry + char) if entry == "[" or last.isdigit() else None
         if char == ",":

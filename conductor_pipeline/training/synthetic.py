@@ -6,9 +6,10 @@ few plausible shapes: solve, solve-then-check, plan-then-solve, two solvers and 
 left to RL, so workers are drawn uniformly and the pairs carry no claim about which worker is good.
 Every target is rendered by `render_workflow`, so it parses by construction (and the tests check).
 
-A prompt that shows an aggregator seat (`backend: vote`) and at least two workers that answer alone
-also gets fan-out-and-aggregate targets (`FAN_OUT_SHARE` of them): two or more workers solve the
-problem independently, then the vote sees all of them. An aggregator is never drawn for any other
+A prompt that shows an aggregator seat (`backend: vote`) and at least `MIN_VOTE_INPUTS` (three)
+workers that answer alone also gets fan-out-and-aggregate targets (`FAN_OUT_SHARE` of them): three
+or more workers solve the problem independently, then the vote sees all of them (a vote over two
+only repeats the first). An aggregator is never drawn for any other
 step (with nothing to aggregate it answers nothing), so no target is a vote alone. With
 `fan_out_only`, every multi-step target on such a prompt is a fan-out instead (single steps keep
 their share): whether to call more than one worker is then the same choice as whether to vote.
@@ -40,6 +41,7 @@ from conductor_pipeline.conductor.prompt import (
     build_conductor_prompt,
     displayed_worker_names,
 )
+from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
 from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, Step, Workflow, render_workflow
 
 FINAL = "Give the final answer in \\boxed{}."
@@ -168,12 +170,12 @@ def synthetic_target(
     "named" style first names each chosen worker by its catalogue label (`labels`: displayed name ->
     `worker_label` of its description) and then by its displayed name, one line each. With
     `fan_out_only` and an aggregator shown, a drawn multi-step shape becomes a fan-out; a fan-out
-    has two to `max_fan_out` solvers (default: the style's `MAX_FAN_OUT`)."""
+    has `MIN_VOTE_INPUTS` to `max_fan_out` solvers (default: the style's `MAX_FAN_OUT`)."""
     solvers = [name for name in displayed if name not in aggregators]
     if not solvers:
         raise ValueError(f"no displayed worker answers alone: {list(displayed)} are all aggregators")
     shown_aggregators = [name for name in displayed if name in aggregators]
-    can_fan_out = bool(shown_aggregators) and len(solvers) >= 2
+    can_fan_out = bool(shown_aggregators) and len(solvers) >= MIN_VOTE_INPUTS
     shapes = STYLES[style]
     if can_fan_out and fan_out_only:
         shape = rng.choices(shapes, [s.weight for s in shapes])[0]
@@ -199,12 +201,13 @@ def synthetic_target(
 def _fan_out(
     rng: random.Random, solvers: Sequence[str], aggregator: str, style: SyntheticStyle, max_fan_out: int | None
 ) -> tuple[Workflow, str]:
-    """Two or more distinct solvers answer independently, then the aggregator sees all of them."""
+    """`MIN_VOTE_INPUTS` or more distinct solvers answer independently, then the aggregator sees all of them."""
     widest = MAX_FAN_OUT[style] if max_fan_out is None else max_fan_out
-    if not 2 <= widest < DEFAULT_MAX_STEPS:
-        raise ValueError(f"max_fan_out must be 2 to {DEFAULT_MAX_STEPS - 1} (a workflow has at most "
-                         f"{DEFAULT_MAX_STEPS} steps, the vote one of them), got {widest}")
-    chosen = rng.sample(list(solvers), rng.randint(2, min(len(solvers), widest)))
+    if not MIN_VOTE_INPUTS <= widest < DEFAULT_MAX_STEPS:
+        raise ValueError(f"max_fan_out must be {MIN_VOTE_INPUTS} to {DEFAULT_MAX_STEPS - 1} (a vote needs "
+                         f"{MIN_VOTE_INPUTS} answers; a workflow has at most {DEFAULT_MAX_STEPS} steps, the vote one "
+                         f"of them), got {widest}")
+    chosen = rng.sample(list(solvers), rng.randint(MIN_VOTE_INPUTS, min(len(solvers), widest)))
     solve, aggregate = FAN_OUT_SUBTASKS[style]
     steps = [Step(worker, solve, ()) for worker in chosen]
     steps.append(Step(aggregator, aggregate, tuple(range(len(chosen)))))

@@ -38,6 +38,12 @@ from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import CallRequest, CallResult, CallStatus
 
 
+# The fewest answers a vote can do anything with. Over one it is that answer; over two it is the
+# first one (they agree, or the tie goes to the earlier step) unless the first states none: a
+# conductor's vote must see three or more to overrule any worker.
+MIN_VOTE_INPUTS = 3
+
+
 @dataclass(frozen=True, slots=True)
 class VoteTally:
     """What one vote counted: the winning answer (None: it abstained) and the counts behind it."""

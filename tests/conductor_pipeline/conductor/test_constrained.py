@@ -184,16 +184,19 @@ def test_vllm_gets_one_regex_over_every_name_the_prompts_show():
 @pytest.mark.parametrize(
     ("workers", "access", "accepted"),
     [
-        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', '[[], [], "all"]', True),
-        ('[0, 3, 4]', "[[], [], [0, 1]]", True),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', '[[], [], [], "all"]', True),
+        ('[0, 3, 1, 4]', "[[], [], [], [0, 1, 2]]", True),
+        # A vote over two only repeats the first answer (the tie goes to the earlier step).
+        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', '[[], [], "all"]', False),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', "[[], [], [], [0, 2]]", False),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', "[[], [], [], [1, 1, 2]]", False),
         ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', "[[], [], [1]]", False),  # a vote over one answer
-        ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', "[[], [], [1, 1]]", False),
         ('["gpt-4o", "llama-3.1-8b", "majority-vote"]', "[[], [], []]", False),  # over none: no answer
         ('["gpt-4o", "majority-vote", "llama-3.1-8b"]', '[[], "all", "all"]', False),  # not last, after one
         ('["majority-vote"]', "[[]]", False),
     ],
 )
-def test_a_vote_seat_may_only_aggregate_two_or_more_earlier_steps(workers, access, accepted):
+def test_a_vote_seat_may_only_aggregate_three_or_more_earlier_steps(workers, access, accepted):
     subtasks = str(["Solve."] * workers.count(",") + ["Vote."]).replace("'", '"')
     text = _workflow(workers, subtasks, access)
     assert parse_code(text, SEATS) == PARSE_OK  # each of them parses: the rule is the pool's, not the parser's

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from conductor_pipeline.conductor.prompt import CatalogueEntry, displayed_worker_names
+from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
 from conductor_pipeline.pools.config import PoolConfig, load_pool
 from conductor_pipeline.records import Question
 from conductor_pipeline.training.rollouts import pool_prompt_rows
@@ -129,17 +130,19 @@ def test_prompts_showing_the_vote_get_fan_out_targets_and_never_a_vote_alone(sty
     fan_outs = with_vote = 0
     for messages, target in warm_start_pairs(rows, n=600, seed=1, style=style, aggregators=["majority-vote"]):
         workers = shown[messages[-1]["content"]]
-        with_vote += "majority-vote" in workers
+        can_fan_out = "majority-vote" in workers and len(workers) - 1 >= MIN_VOTE_INPUTS
+        with_vote += can_fan_out
         workflow = parse_workflow(target, displayed_worker_names(workers, "ordinal"))
         used = [workers[int(name.split()[-1])] for name in workflow.workers]  # "Model k" is the k-th shown
         if "majority-vote" not in used:
             continue
+        assert can_fan_out
         fan_outs += 1
-        # The vote is the last step, sees every earlier step, and those are two or more distinct solvers.
+        # The vote is the last step, sees every earlier step, and those are three or more distinct solvers.
         assert used[-1] == "majority-vote" and used.count("majority-vote") == 1
         assert workflow.steps[-1].sees == tuple(range(len(used) - 1))
-        assert len(set(used[:-1])) == len(used) - 1 >= 2
-    assert 0.2 < fan_outs / with_vote < 0.4  # FAN_OUT_SHARE of the prompts that show the vote
+        assert len(set(used[:-1])) == len(used) - 1 >= MIN_VOTE_INPUTS
+    assert 0.2 < fan_outs / with_vote < 0.4  # FAN_OUT_SHARE of the prompts that show the vote and enough solvers
 
 
 @pytest.mark.parametrize("style", ["compact", "paper"])
@@ -156,12 +159,12 @@ def test_fan_out_only_makes_every_multi_step_target_a_fan_out(style):
         workers = shown[messages[-1]["content"]]
         used = [workers[int(name.split()[-1])] for name in parse_workflow(
             target, displayed_worker_names(workers, "ordinal")).workers]
-        if "majority-vote" not in workers or len(workers) < 3:
+        if "majority-vote" not in workers or len(workers) - 1 < MIN_VOTE_INPUTS:  # too few solvers to fan out
             continue
         with_vote += 1
         singles += len(used) == 1
         first_solvers[used[0]] += 1
-        assert len(used) == 1 or (used[-1] == "majority-vote" and len(set(used[:-1])) == len(used) - 1 >= 2)
+        assert len(used) == 1 or (used[-1] == "majority-vote" and len(set(used[:-1])) == len(used) - 1 >= 3)
     assert with_vote > 500
     assert abs(singles / with_vote - single_weight) < 0.06
     assert "majority-vote" not in first_solvers and len(first_solvers) == 6
@@ -176,8 +179,8 @@ def test_fan_out_only_makes_every_multi_step_target_a_fan_out(style):
 
 
 def test_max_fan_out_widens_fan_outs_up_to_the_step_limit():
-    """Fan-outs draw two to `max_fan_out` solvers (the style's MAX_FAN_OUT by default); four
-    solvers and the vote are the five-step limit, so five is refused."""
+    """Fan-outs draw three (MIN_VOTE_INPUTS) to `max_fan_out` solvers (the style's MAX_FAN_OUT by
+    default); four solvers and the vote are the five-step limit, so five is refused, and so is two."""
     displayed = displayed_worker_names([f"w{i}" for i in range(7)], "ordinal")
 
     def widths(**kwargs) -> set[int]:
@@ -186,10 +189,11 @@ def test_max_fan_out_widens_fan_outs_up_to_the_step_limit():
                                     fan_out_only=True, **kwargs) for _ in range(400)]
         return {len(parse_workflow(t, displayed).steps) - 1 for t in targets} - {0}
 
-    assert widths() == {2, 3}
-    assert widths(max_fan_out=4) == {2, 3, 4}
-    with pytest.raises(ValueError, match="max_fan_out must be 2 to 4"):
-        widths(max_fan_out=5)
+    assert widths() == {3}
+    assert widths(max_fan_out=4) == {3, 4}
+    for refused in (2, 5):
+        with pytest.raises(ValueError, match="max_fan_out must be 3 to 4"):
+            widths(max_fan_out=refused)
 
 
 def test_without_an_aggregator_targets_are_what_they_were():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol
 
@@ -204,11 +204,26 @@ class ConductorArm:
         return await self._run(orchestrator, question, output, run_id=run_id, repeat=repeat)
 
     async def answer_batch(
-        self, orchestrator: Orchestrator, pending: Sequence[tuple[Question, int]], *, run_id: str, max_concurrent: int
+        self,
+        orchestrator: Orchestrator,
+        batch: Sequence[tuple[Question, int]],
+        *,
+        run_id: str,
+        max_concurrent: int,
+        recorded: Collection[tuple[str, int]] = (),
     ) -> list[WorkflowRecord]:
-        """Every (question, repeat) of `pending`: with a batching policy (`BatchingPolicy`) all
-        prompts are generated together, then their workflows run; otherwise one `answer` each."""
+        """Every (question, repeat) of `batch` but the `recorded` (question id, repeat) pairs: with a
+        batching policy (`BatchingPolicy`) the whole batch's prompts are generated together, recorded
+        ones included, then the others' workflows run; otherwise one `answer` each.
+
+        Why the recorded rows are generated again: a batch's texts are the same for the same batch,
+        but a smaller batch pads and multiplies in other shapes, and at temperature 1 a last-bit
+        difference in the scores can change a sampled token; a run resumed after a kill must draw
+        what the uninterrupted run drew.
+        """
         gate = asyncio.Semaphore(max_concurrent)
+        recorded = set(recorded)
+        pending = [(q, r) for q, r in batch if (q.question_id, r) not in recorded]
         if not isinstance(self.policy, BatchingPolicy):
 
             async def one(question: Question, repeat: int) -> WorkflowRecord:
@@ -218,8 +233,8 @@ class ConductorArm:
             return list(await asyncio.gather(*(one(q, r) for q, r in pending)))
         try:
             outputs = await self.policy.propose_batch(
-                [self.prompt(orchestrator, q) for q, _ in pending], temperature=self.temperature,
-                max_new_tokens=self.max_new_tokens, seeds=[self.sampling_seed(q, r) for q, r in pending],
+                [self.prompt(orchestrator, q) for q, _ in batch], temperature=self.temperature,
+                max_new_tokens=self.max_new_tokens, seeds=[self.sampling_seed(q, r) for q, r in batch],
             )
         except PolicyError as exc:
             return [await self._not_run(orchestrator, q, run_id=run_id, repeat=r, error=str(exc)) for q, r in pending]
@@ -228,7 +243,9 @@ class ConductorArm:
             async with gate:
                 return await self._run(orchestrator, question, output, run_id=run_id, repeat=repeat)
 
-        return list(await asyncio.gather(*(run(q, r, o) for (q, r), o in zip(pending, outputs, strict=True))))
+        return list(await asyncio.gather(*(
+            run(q, r, o) for (q, r), o in zip(batch, outputs, strict=True) if (q.question_id, r) not in recorded
+        )))
 
     async def _run(
         self, orchestrator: Orchestrator, question: Question, output: PolicyOutput, *, run_id: str, repeat: int
@@ -260,19 +277,27 @@ async def run_arm(
 
     Skipping by workflow id makes a rerun after a crash continue where it stopped. A conductor arm
     generates `max_concurrent` questions' workflows at a time (one batch where its policy batches),
-    and each group's rows are written before the next group starts.
+    and each group's rows are written before the next group starts. The groups are cut from every
+    (question, repeat), recorded or not, so a resumed run generates the batches an uninterrupted
+    one did (`ConductorArm.answer_batch`); a group with nothing left to record is not generated.
     """
-    pending = [
-        (q, r) for r in range(repeats) for q in questions
-        if workflow_key(run_id, arm.name, r, q.question_id, arm.name) not in skip_workflow_ids
-    ]
+    def is_recorded(question: Question, repeat: int) -> bool:
+        return workflow_key(run_id, arm.name, repeat, question.question_id, arm.name) in skip_workflow_ids
+
+    every = [(q, r) for r in range(repeats) for q in questions]
     if isinstance(arm, ConductorArm):
         records: list[WorkflowRecord] = []
-        for start in range(0, len(pending), max_concurrent):
-            group = pending[start:start + max_concurrent]
-            records += await arm.answer_batch(orchestrator, group, run_id=run_id, max_concurrent=max_concurrent)
+        for start in range(0, len(every), max_concurrent):
+            group = every[start:start + max_concurrent]
+            recorded = {(q.question_id, r) for q, r in group if is_recorded(q, r)}
+            if len(recorded) == len(group):
+                continue
+            records += await arm.answer_batch(
+                orchestrator, group, run_id=run_id, max_concurrent=max_concurrent, recorded=recorded
+            )
             await orchestrator.flush()
         return records
+    pending = [(q, r) for q, r in every if not is_recorded(q, r)]
     gate = asyncio.Semaphore(max_concurrent)
 
     async def one(question: Question, repeat: int) -> WorkflowRecord:

@@ -254,6 +254,65 @@ class FlatWorldModel:
         return np.zeros((len(subtasks), len(workers)))
 
 
+class BatchSizePolicy:
+    """A batching conductor whose pick depends on its batch, as sampled text can: "big" for rows of
+    a batch of four, "small" otherwise. `batches` records each batch's prompts' questions."""
+
+    name = "batch-size"
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    async def propose(self, messages, *, n=1, temperature, max_new_tokens, seed=None):
+        return await self.propose_batch([messages] * n, temperature=temperature, max_new_tokens=max_new_tokens,
+                                        seeds=[seed] * n)
+
+    async def propose_batch(self, prompts, *, temperature, max_new_tokens, seeds):
+        self.batches.append([p[-1]["content"].split("problem ")[-1] for p in prompts])
+        worker = 1 if len(prompts) == 4 else 0
+        body = f'model_id = [{worker}]\nsubtasks = ["Solve the problem."]\naccess_list = [[]]'
+        return [PolicyOutput(text=body, prompt_tokens=50, completion_tokens=20, latency_s=0.0) for _ in prompts]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_resumed_conductor_arm_generates_the_batches_of_an_uninterrupted_run(tmp_path):
+    questions = numbered_questions(10)
+    pool = PoolConfig(name="eval-test", workers=[seat("small"), seat("big")])
+    ids = frozenset(q.question_id for q in questions)
+    workers = {"small": SolverWorker("small", frozenset()), "big": SolverWorker("big", ids)}
+
+    def run(warehouse: Warehouse, policy: BatchSizePolicy, skip: frozenset[str] = frozenset()) -> None:
+        async def main():
+            orch = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
+            arm = ConductorArm("batched", policy)
+            await run_arm(orch, arm, questions, run_id="eval-resume", max_concurrent=4, skip_workflow_ids=skip)
+            await orch.aclose()
+
+        asyncio.run(main())
+
+    def picks(warehouse: Warehouse) -> dict[str, str]:
+        rows = warehouse.query("SELECT question_id, workers[1] AS worker FROM workflows ORDER BY question_id")
+        return dict(zip(rows["question_id"], rows["worker"], strict=True))
+
+    whole = Warehouse(tmp_path / "whole.duckdb")
+    run(whole, BatchSizePolicy())
+    # A kill after q005 was recorded: q000-q005 are on file, the rest of the second batch is not.
+    resumed = Warehouse(tmp_path / "resumed.duckdb")
+    run(resumed, BatchSizePolicy())
+    with resumed.connect() as con:
+        con.execute("DELETE FROM calls WHERE question_id > 'q005'")
+        con.execute("DELETE FROM workflows WHERE question_id > 'q005'")
+    done = frozenset(resumed.query("SELECT workflow_id FROM workflows")["workflow_id"].to_list())
+    again = BatchSizePolicy()
+    run(resumed, again, skip=done)
+    # The first batch is complete and not generated; the second is generated whole; the third as before.
+    assert again.batches == [["4?", "5?", "6?", "7?"], ["8?", "9?"]]
+    assert picks(resumed) == picks(whole)
+    assert resumed.query("SELECT count(*) AS n FROM workflows")["n"][0] == 10
+
+
 def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():
     lineup = eval_lineup(
         [seat("small"), seat("big")], _choice("big"), world_model=FlatWorldModel(),

@@ -28,6 +28,7 @@ TINY_MAX_NEW_TOKENS = 128
 # What a trained policy's prompt and sampling are made of (the training assets' `prompt` metadata).
 TRAINED_PROMPT_FIELDS = (
     "naming", "n_examples", "max_new_tokens", "temperature", "show_predicted_success", "constrained_decoding",
+    "fan_outs_only",
 )
 
 
@@ -66,6 +67,11 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         description="hf_local: sample only workflows that parse against the workers each prompt shows "
         "(conductor_pipeline.conductor.constrained), as a policy trained with it was sampled",
     )
+    fan_outs_only: bool = Field(
+        False,
+        description="hf_local, with constrained_decoding: every workflow of more than one step is a fan-out the "
+        "pool's vote seat closes, as a policy trained with the trainer's fan_outs_only was sampled",
+    )
 
     def build_policy(self, aggregators: Sequence[str] = ()) -> ConductorPolicy:
         """The policy object; a local model loads lazily on its first prompt. `aggregators`: the
@@ -77,7 +83,7 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
         return HFLocalPolicy(
             path, device=self.device, name=self.label or f"hf:{path.name}", constrained=self.constrained_decoding,
-            aggregators=aggregators,
+            aggregators=aggregators, fan_outs_only=self.fan_outs_only,
         )
 
     def fingerprint(self) -> str:
@@ -88,10 +94,13 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             model = f"{self.base_url}|{self.model}"
         else:
             model = model_digest(self.model_path or build_tiny_causal_lm(TINY_POLICY_DIR))
-        # Constrained decoding joins the id only when on: an arm without it is the arm it was before.
+        # Constrained decoding and its fan-out rule join the id only when on: an arm without them is the
+        # arm it was before.
+        later = ["constrained"] if self.constrained_decoding else []
+        later += ["fan-outs-only"] if self.constrained_decoding and self.fan_outs_only else []
         return stable_id(
             self.kind, model, self.naming, self.n_examples, self.effective_max_new_tokens, self.temperature,
-            self.show_predicted_success, *(["constrained"] if self.constrained_decoding else []),
+            self.show_predicted_success, *later,
         )
 
     @property
@@ -128,7 +137,8 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         prompt = {
             "naming": self.naming, "n_examples": self.n_examples, "max_new_tokens": self.max_new_tokens,
             "temperature": self.temperature, "show_predicted_success": self.show_predicted_success,
-            "constrained_decoding": self.constrained_decoding, **(trained_prompt or {}),
+            "constrained_decoding": self.constrained_decoding, "fan_outs_only": self.fan_outs_only,
+            **(trained_prompt or {}),
         }
         return ConductorPolicyResource(
             kind="hf_local", model_path=path, device=self.device,

@@ -248,6 +248,8 @@ class TrainerResource(_TrainerOverrides):
         # One optimizer step per generation batch needs batch | rollouts; shrink the micro-batch if not.
         if settings.rollouts_per_step % (settings.per_device_train_batch_size * settings.num_processes):
             settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)
+        if settings.fan_outs_only and not settings.constrained_decoding:
+            raise ValueError("fan_outs_only is a rule of constrained decoding: set constrained_decoding: true too")
         if settings.constrained_decoding and self.warm_start_style != "compact":
             raise ValueError(
                 f"constrained_decoding samples the three lists alone, but the warm start's style is "
@@ -280,7 +282,7 @@ class TrainerResource(_TrainerOverrides):
             "naming": self.worker_naming, "n_examples": self.n_prompt_examples,
             "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
             "show_predicted_success": self.show_predicted_success,
-            "constrained_decoding": settings.constrained_decoding,
+            "constrained_decoding": settings.constrained_decoding, "fan_outs_only": settings.fan_outs_only,
         }
 
     def run_key(self, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:

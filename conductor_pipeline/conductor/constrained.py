@@ -72,22 +72,39 @@ class WorkflowGrammar:
     `aggregators` (displayed names of vote seats) may only aggregate: such a seat is the last step,
     after at least `MIN_VOTE_INPUTS` others, and sees at least that many of them (a vote over fewer
     only repeats its first answer, over none it answers nothing), the rule the warm start's targets keep.
+    With `fan_outs_only`, on a catalogue that shows an aggregator and enough other workers, a workflow
+    of more than one step is a fan-out the aggregator closes: calling a second worker is then the same
+    choice as voting, and a chain (whose answer is its last worker's) cannot share, and drag down, that
+    choice's credit. The warm start's `fan_out_only` targets have the same shapes.
     """
 
-    def __init__(self, displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS, aggregators: Collection[str] = ()):
+    def __init__(
+        self,
+        displayed: Sequence[str],
+        max_steps: int = DEFAULT_MAX_STEPS,
+        aggregators: Collection[str] = (),
+        *,
+        fan_outs_only: bool = False,
+    ):
         if not displayed:
             raise ValueError("a workflow grammar needs at least one worker name")
         self.displayed = list(displayed)
         self.max_steps = max_steps
         self.aggregators = frozenset(aggregators) & set(self.displayed)
+        solvers = [name for name in self.displayed if name not in self.aggregators]
+        self.fan_outs_only = (
+            fan_outs_only and bool(self.aggregators) and len(solvers) >= MIN_VOTE_INPUTS and max_steps > MIN_VOTE_INPUTS
+        )
         quoted = {name: json.dumps(name, ensure_ascii=False) for name in self.displayed}
         self._aggregator_entries = frozenset(quoted[name] for name in self.aggregators) | {
             str(index) for index, name in enumerate(self.displayed) if name in self.aggregators
         }
         self._names = frozenset(quoted.values())
         self._name_prefixes = _prefixes(quoted.values())
-        # Where an aggregator may not stand (too few steps before it), only a solver's name may be begun.
+        # Where an aggregator may not stand (too few steps before it), only a solver's name may be begun;
+        # where only one may (a fan-out's last place), only an aggregator's.
         self._solver_prefixes = _prefixes(q for name, q in quoted.items() if name not in self.aggregators)
+        self._aggregator_prefixes = _prefixes(quoted[name] for name in self.aggregators)
 
     def start(self) -> State:
         return State()
@@ -140,6 +157,8 @@ class WorkflowGrammar:
             if state.count < MIN_VOTE_INPUTS or char != "]":  # an aggregator is the last step, after enough others
                 return None
             vote = state.count
+        elif state.part == 0 and self.fan_outs_only and char == "]" and count > 1:  # a fan-out ends in the vote
+            return None
         limit = self.max_steps if state.part == 0 else state.steps
         if char == ",":
             return State(state.part, SEPARATOR[1:], count, state.steps, "", vote) if count < limit else None
@@ -156,13 +175,20 @@ class WorkflowGrammar:
             if entry in self._names:  # a whole quoted name: what follows ends the entry
                 return self._end_entry(state, char)
             grown = entry + char
-            prefixes = self._name_prefixes if state.count >= MIN_VOTE_INPUTS else self._solver_prefixes
-            return self._entry(state, grown) if grown in prefixes else None
+            return self._entry(state, grown) if grown in self._worker_prefixes(state) else None
         if char.isdigit():  # an index, no leading zero, inside the catalogue
             grown = entry + char
             ok = entry != "0" and self._index_may_start(state, grown)
             return self._entry(state, grown) if ok else None
         return self._end_entry(state, char)
+
+    def _worker_prefixes(self, state: State) -> frozenset[str]:
+        """The quoted names that may be begun at this place of the model_id list."""
+        if state.count < MIN_VOTE_INPUTS:
+            return self._solver_prefixes
+        if self.fan_outs_only and state.count == self.max_steps - 1:
+            return self._aggregator_prefixes
+        return self._name_prefixes
 
     def _index_may_start(self, state: State, digits: str) -> bool:
         """Whether an index entry may begin (or go on) with `digits`: it names a worker that may stand
@@ -170,7 +196,11 @@ class WorkflowGrammar:
         index = int(digits)
         if index >= len(self.displayed):
             return False
-        allowed = state.count >= MIN_VOTE_INPUTS or self.displayed[index] not in self.aggregators
+        is_aggregator = self.displayed[index] in self.aggregators
+        if state.count < MIN_VOTE_INPUTS:
+            allowed = not is_aggregator
+        else:
+            allowed = is_aggregator or not (self.fan_outs_only and state.count == self.max_steps - 1)
         return allowed or (digits != "0" and index * 10 < len(self.displayed))
 
     def _subtask(self, state: State, char: str) -> State | None:
@@ -236,17 +266,19 @@ def _has_content(entry: str) -> bool:
     return bool(value.strip())
 
 
-def grammar_of_prompt(messages: Sequence[Mapping[str, Any]], aggregators: Collection[str] = ()) -> WorkflowGrammar:
+def grammar_of_prompt(
+    messages: Sequence[Mapping[str, Any]], aggregators: Collection[str] = (), *, fan_outs_only: bool = False
+) -> WorkflowGrammar:
     """The grammar of what parses against the catalogue and step limit a conductor prompt shows;
-    `aggregators` are the pool's vote seats, as the prompt names them."""
+    `aggregators` are the pool's vote seats, as the prompt names them (`WorkflowGrammar`)."""
     from conductor_pipeline.conductor.prompt import shown_catalogue
 
     names, max_steps = shown_catalogue(messages)
-    return WorkflowGrammar(names, max_steps, aggregators)
+    return WorkflowGrammar(names, max_steps, aggregators, fan_outs_only=fan_outs_only)
 
 
 def grammars_of_prompts(
-    prompts: Sequence[Sequence[Mapping[str, Any]]], aggregators: Collection[str] = ()
+    prompts: Sequence[Sequence[Mapping[str, Any]]], aggregators: Collection[str] = (), *, fan_outs_only: bool = False
 ) -> list[WorkflowGrammar]:
     """Each prompt row's grammar, built once per distinct system message (a group's rows share one:
     a grammar holds no per-row state, the chooser does)."""
@@ -255,7 +287,7 @@ def grammars_of_prompts(
     for messages in prompts:
         key = next((str(m["content"]) for m in messages if m.get("role") == "system"), "")
         if key not in built:
-            built[key] = grammar_of_prompt(messages, aggregators)
+            built[key] = grammar_of_prompt(messages, aggregators, fan_outs_only=fan_outs_only)
         grammars.append(built[key])
     return grammars
 

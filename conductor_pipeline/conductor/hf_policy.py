@@ -51,17 +51,17 @@ class HFLocalPolicy:
     two prompts never share the model concurrently. `device` is resolved once, here
     (`resolve_device`: `auto` is a GPU when there is one). `constrained`: sample only workflows that
     parse against the catalogue each prompt shows (`conductor.constrained`), with the pool's vote
-    seats (`aggregators`) only aggregating.
+    seats (`aggregators`) only aggregating and, with `fan_outs_only`, closing every multi-step workflow.
     """
 
     def __init__(
         self, model_path: str | Path, device: str = AUTO_DEVICE, *, name: str | None = None, constrained: bool = False,
-        aggregators: Collection[str] = (),
+        aggregators: Collection[str] = (), fan_outs_only: bool = False,
     ):
         self.model_path = Path(model_path)
         self.device = resolve_device(device)
         self.name = name or f"hf:{self.model_path.name}"
-        self.constrained, self.aggregators = constrained, tuple(aggregators)
+        self.constrained, self.aggregators, self.fan_outs_only = constrained, tuple(aggregators), fan_outs_only
         self._model: Any = None
         self._tokenizer: Any = None
         self._vocabulary: Any = None
@@ -86,7 +86,8 @@ class HFLocalPolicy:
 
         if self._vocabulary is None:
             self._vocabulary = TokenTexts(self._tokenizer, self._stop_ids())
-        return ConstrainedChooser(inner, grammars_of_prompts(prompts, self.aggregators), self._vocabulary)
+        grammars = grammars_of_prompts(prompts, self.aggregators, fan_outs_only=self.fan_outs_only)
+        return ConstrainedChooser(inner, grammars, self._vocabulary)
 
     def _generate(
         self,

@@ -224,8 +224,11 @@ def build_grpo_trainer(
     if settings.share_prompt_prefix:
         return SharedPromptGRPOTrainer(
             args=settings.to_grpo_config(output_dir), constrained_decoding=settings.constrained_decoding,
-            aggregators=aggregators, **common,
+            aggregators=aggregators, fan_outs_only=settings.fan_outs_only, **common,
         )
+    if settings.fan_outs_only:
+        raise ValueError("fan_outs_only is a rule of the shared-prompt sampler's grammar (share_prompt_prefix); "
+                         "vLLM's structured-outputs regex does not hold it")
     if not settings.constrained_decoding:
         return GRPOTrainer(args=settings.to_grpo_config(output_dir), **common)
     if not settings.use_vllm:

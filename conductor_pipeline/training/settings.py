@@ -154,6 +154,11 @@ class GRPOSettings:
         "unparseable rollout, no unknown worker. The loss scores them under the unconstrained policy. On the "
         "transformers path it needs share_prompt_prefix; with vLLM it is a structured-outputs regex over the "
         "names of every prompt, which holds the format but not each prompt's own catalogue."))
+    fan_outs_only: bool = field(default=False, metadata=_knob(
+        "With constrained_decoding, on prompts that show a vote seat and three or more other workers: every "
+        "sampled workflow of more than one step is a fan-out the vote closes (conductor.constrained), so calling a "
+        "second worker is the same choice as voting; the warm start's fan_out_warm_start targets have these "
+        "shapes. The transformers sampler only (vLLM's regex does not hold it)."))
     report_to: str = field(default="tensorboard", metadata=_help(
         "Experiment trackers TRL reports every step to (transformers' report_to): 'tensorboard' writes event "
         "files under the run's folder as it trains (`make tensorboard` shows them live); 'none' turns it off."))

@@ -109,7 +109,8 @@ def shared_prompt_rollout(prompts: list, trainer: GRPOTrainer) -> dict[str, Any]
     model = trainer.accelerator.unwrap_model(trainer.model)
     choose = WarpedSampler(config.temperature, config.top_k, config.top_p, config.min_p)
     if trainer.constrained_decoding:  # only workflows that parse against each prompt's catalogue
-        choose = ConstrainedChooser(choose, grammars_of_prompts(prompts, trainer.aggregators), trainer.token_texts())
+        grammars = grammars_of_prompts(prompts, trainer.aggregators, fan_outs_only=trainer.fan_outs_only)
+        choose = ConstrainedChooser(choose, grammars, trainer.token_texts())
     with torch.no_grad():
         completions = sample_rows(
             model, prompt_ids, max_new_tokens=trainer.max_completion_length, pad_token_id=tokenizer.pad_token_id,
@@ -122,16 +123,23 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose loss runs each distinct prompt of a micro-batch through the model once.
 
     `constrained_decoding` samples only workflows that parse against the catalogue each prompt shows
-    (`conductor.constrained`), the pool's vote seats (`aggregators`) only aggregating; the loss
-    scores them under the unconstrained policy, as TRL does with vLLM's structured outputs.
+    (`conductor.constrained`), the pool's vote seats (`aggregators`) only aggregating, and with
+    `fan_outs_only` every multi-step workflow a fan-out they close; the loss scores them under the
+    unconstrained policy, as TRL does with vLLM's structured outputs.
     """
 
     def __init__(
-        self, *args: Any, constrained_decoding: bool = False, aggregators: Collection[str] = (), **kwargs: Any
+        self,
+        *args: Any,
+        constrained_decoding: bool = False,
+        aggregators: Collection[str] = (),
+        fan_outs_only: bool = False,
+        **kwargs: Any,
     ):
         check_trl_version()
         super().__init__(*args, rollout_func=shared_prompt_rollout, **kwargs)
         self.constrained_decoding, self.aggregators = constrained_decoding, tuple(aggregators)
+        self.fan_outs_only = fan_outs_only
         self._token_texts: TokenTexts | None = None
         if not shares_prompts(self):
             if constrained_decoding:

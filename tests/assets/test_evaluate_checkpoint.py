@@ -60,7 +60,7 @@ def test_a_checkpoint_is_evaluated_on_a_pool_file_it_was_not_trained_on(tmp_path
         assert {"conductor:hf:checkpoint-3", "conductor:hf:checkpoint-3@shuffled"} <= set(arms["arms"].value)
         # A record from before constrained decoding existed is sampled without it, as it was trained.
         assert arms["conductor_prompts"].value["hf:checkpoint-3"] == {
-            "model": str(checkpoint), **TRAINED, "constrained_decoding": False,
+            "model": str(checkpoint), **TRAINED, "constrained_decoding": False, "fan_outs_only": False,
         }
         assert "conductor_pairs" in latest_metadata(instance, "eval_tables")
     catalogues = Warehouse(tmp_path / "warehouse.duckdb").query(

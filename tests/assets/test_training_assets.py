@@ -278,7 +278,7 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     assert second["prompt"].value == {
         "naming": trainer.worker_naming, "n_examples": trainer.n_prompt_examples, "temperature": 1.0,
         "max_new_tokens": trainer.grpo_settings().max_completion_length, "show_predicted_success": False,
-        "constrained_decoding": False,
+        "constrained_decoding": False, "fan_outs_only": False,
     }
 
 

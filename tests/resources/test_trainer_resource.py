@@ -147,3 +147,21 @@ def test_constrained_decoding_is_recorded_in_the_trained_prompt_and_needs_the_li
     assert checkpoint.constrained_decoding and checkpoint.build_policy().constrained  # evaluated as trained
     with pytest.raises(ValueError, match="synthetic_style: compact"):
         TrainerResource(profile="cpu-smollm2", constrained_decoding=True).grpo_settings()
+
+
+def test_fan_outs_only_is_recorded_in_the_trained_prompt_changes_the_eval_id_and_needs_constrained_decoding(tmp_path):
+    trainer = TrainerResource(profile="cpu-paper", constrained_decoding=True, fan_outs_only=True)
+    settings = trainer.grpo_settings()
+    assert trainer.trained_prompt(settings)["fan_outs_only"] is True
+    (tmp_path / "model.safetensors").write_bytes(b"weights")  # what the eval id digests
+    checkpoint = ConductorPolicyResource().with_checkpoint(str(tmp_path), trainer.trained_prompt(settings))
+    policy = checkpoint.build_policy(["majority-vote"])
+    assert policy.constrained and policy.fan_outs_only and policy.aggregators == ("majority-vote",)
+    # A record from before the knob is sampled without it, and keeps its eval id.
+    before = {k: v for k, v in trainer.trained_prompt(settings).items() if k != "fan_outs_only"}
+    old = ConductorPolicyResource().with_checkpoint(str(tmp_path), before)
+    assert not old.fan_outs_only
+    assert old.fingerprint() != checkpoint.fingerprint()
+    assert old.fingerprint() == old.model_copy(update={"fan_outs_only": False}).fingerprint()
+    with pytest.raises(ValueError, match="constrained_decoding: true"):
+        TrainerResource(profile="cpu-paper", fan_outs_only=True).grpo_settings()

@@ -21,7 +21,7 @@ from conductor_pipeline.conductor.generation import GreedyChooser, SeededGumbelS
 from conductor_pipeline.conductor.prompt import build_conductor_prompt, shown_catalogue
 from conductor_pipeline.training.synthetic import synthetic_target
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
-from conductor_pipeline.workflow import PARSE_OK, parse_code
+from conductor_pipeline.workflow import PARSE_OK, parse_code, parse_workflow
 
 SEATS = ["gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "llama-3.1-8b", "majority-vote"]
 
@@ -225,3 +225,52 @@ def test_random_scores_never_lead_the_grammar_into_a_dead_end():
             assert parse_code(text, shown) == PARSE_OK and grammar.accepts(text), text
         else:
             assert grammar.advance(grammar.start(), text) is not None
+
+
+@pytest.mark.parametrize(
+    ("workers", "access", "accepted"),
+    [
+        ('["gpt-4o"]', "[[]]", True),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', '[[], [], [], "all"]', True),
+        ('["gpt-4o", "gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "majority-vote"]', '[[], [0], [], [], "all"]', True),
+        ('[0, 3, 1, 4]', "[[], [], [], [0, 1, 2]]", True),
+        # A chain: its answer is its last worker's, and it would share the vote's first choice.
+        ('["gpt-4o", "llama-3.1-8b"]', "[[], [0]]", False),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet"]', "[[], [], [0, 1]]", False),
+        ('[0, 3, 1, 2]', "[[], [], [], []]", False),
+    ],
+)
+def test_with_fan_outs_only_a_workflow_of_more_than_one_step_is_a_fan_out_the_vote_closes(workers, access, accepted):
+    subtasks = str(["Solve."] * (workers.count(",") + 1)).replace("'", '"')
+    text = _workflow(workers, subtasks, access)
+    assert parse_code(text, SEATS) == PARSE_OK
+    assert WorkflowGrammar(SEATS, aggregators=["majority-vote"], fan_outs_only=True).accepts(text) == accepted
+    # Where no fan-out can be written (no vote seat shown, or fewer than three others), the rule is off.
+    without_vote = WorkflowGrammar(SEATS[:4], aggregators=["majority-vote"], fan_outs_only=True)
+    assert without_vote.accepts(text) == (parse_code(text, SEATS[:4]) == PARSE_OK)
+
+
+def test_with_fan_outs_only_random_scores_write_single_steps_and_fan_outs_and_never_stall():
+    """A five-step limit leaves four solvers and the vote; once four solvers are named only the vote
+    may follow. Whatever the scores, the walk ends in a single step or a fan-out the vote closes."""
+    pieces = sorted(set("".join(SEATS)) | set("".join(OPENINGS)) | set('[]", \n\\01234allbt'))
+    texts = Texts([*pieces, *SEATS, *(f'"{name}"' for name in SEATS), 'model_id = ["', "<stop>"], stops=[])
+    texts.stops = frozenset([len(texts.texts) - 1])
+    rng = torch.Generator().manual_seed(5)
+    shapes = set()
+    for trial in range(40):
+        shown = random.Random(trial).sample(SEATS, 5)
+        grammar = WorkflowGrammar(shown, max_steps=5, aggregators=["majority-vote"], fan_outs_only=True)
+        chooser = ConstrainedChooser(GreedyChooser(), [grammar], texts)
+        text = ""
+        for _ in range(600):
+            token = int(chooser(torch.rand(1, len(texts.texts), generator=rng), torch.tensor([0]))[0])
+            if token in texts.stops:
+                break
+            text += texts.texts[token]
+        assert chooser.states[0].done, text
+        workflow = parse_workflow(text, shown)
+        names = [step.worker for step in workflow.steps]
+        assert len(names) == 1 or (names[-1] == "majority-vote" and len(names) >= 4), text
+        shapes.add(len(names))
+    assert shapes >= {1, 4, 5}

@@ -98,12 +98,15 @@ def test_progress_says_the_step_the_rate_and_the_reward_trend():
 
 
 def test_a_run_without_constrained_decoding_keeps_the_recipe_it_had_and_one_with_it_gets_another():
-    """The knob came after runs were recorded: off, a run's recipe (its key) is what it was before."""
+    """The knobs came after runs were recorded: off, a run's recipe (its key) is what it was before."""
     from dataclasses import asdict, replace
 
     from conductor_pipeline.training.runs import RUN_LENGTH_SETTINGS, run_recipe
 
     settings = GRPOSettings.cpu_paper_profile()
-    before = {k: v for k, v in asdict(settings).items() if k not in RUN_LENGTH_SETTINGS and k != "constrained_decoding"}
+    later = ("constrained_decoding", "fan_outs_only")
+    before = {k: v for k, v in asdict(settings).items() if k not in RUN_LENGTH_SETTINGS and k not in later}
     assert run_recipe(settings) == before
     assert run_recipe(replace(settings, constrained_decoding=True)) == {**before, "constrained_decoding": True}
+    both = replace(settings, constrained_decoding=True, fan_outs_only=True)
+    assert run_recipe(both) == {**before, "constrained_decoding": True, "fan_outs_only": True}

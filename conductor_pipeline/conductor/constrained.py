@@ -51,7 +51,8 @@ class State:
     `part`: which list is being written (0 model_id, 1 subtasks, 2 access_list; 3 when done);
     `pending`: fixed text that must come next; `count`: entries of this list finished; `steps`: the
     model_id list's length, fixed once it is closed; `entry`: the entry being written ("" between
-    entries), including its opening quote or bracket; `vote`: the step an aggregator takes, if any.
+    entries), including its opening quote or bracket; `vote`: the step an aggregator takes, if any;
+    `used`: the catalogue positions of the workers named so far (kept under `fan_outs_only` only).
     """
 
     part: int = 0
@@ -60,6 +61,7 @@ class State:
     steps: int = 0
     entry: str = ""
     vote: int | None = None
+    used: frozenset[int] = frozenset()
 
     @property
     def done(self) -> bool:
@@ -73,9 +75,11 @@ class WorkflowGrammar:
     after at least `MIN_VOTE_INPUTS` others, and sees at least that many of them (a vote over fewer
     only repeats its first answer, over none it answers nothing), the rule the warm start's targets keep.
     With `fan_outs_only`, on a catalogue that shows an aggregator and enough other workers, a workflow
-    of more than one step is a fan-out the aggregator closes: calling a second worker is then the same
-    choice as voting, and a chain (whose answer is its last worker's) cannot share, and drag down, that
-    choice's credit. The warm start's `fan_out_only` targets have the same shapes.
+    of more than one step is a fan-out of distinct workers the aggregator closes: calling a second
+    worker is then the same choice as voting, and a chain (whose answer is its last worker's) cannot
+    share, and drag down, that choice's credit; a worker named twice would only count its answer
+    twice (on replay it is the same recorded answer). The warm start's `fan_out_only` targets have
+    the same shapes.
     """
 
     def __init__(
@@ -105,6 +109,9 @@ class WorkflowGrammar:
         # where only one may (a fan-out's last place), only an aggregator's.
         self._solver_prefixes = _prefixes(q for name, q in quoted.items() if name not in self.aggregators)
         self._aggregator_prefixes = _prefixes(quoted[name] for name in self.aggregators)
+        self._quoted = [quoted[name] for name in self.displayed]
+        self._position = {entry: index for index, entry in enumerate(self._quoted)}
+        self._unused_solver_prefixes: dict[frozenset[int], frozenset[str]] = {}
 
     def start(self) -> State:
         return State()
@@ -128,7 +135,7 @@ class WorkflowGrammar:
         if state.pending:
             if char != state.pending[0]:
                 return None
-            return State(state.part, state.pending[1:], state.count, state.steps, state.entry, state.vote)
+            return State(state.part, state.pending[1:], state.count, state.steps, state.entry, state.vote, state.used)
         if state.done:
             return None
         if not state.entry:  # between entries: the next entry's first character, or the list's end
@@ -148,20 +155,22 @@ class WorkflowGrammar:
 
     @staticmethod
     def _entry(state: State, entry: str) -> State:
-        return State(state.part, "", state.count, state.steps, entry, state.vote)
+        return State(state.part, "", state.count, state.steps, entry, state.vote, state.used)
 
     def _end_entry(self, state: State, char: str) -> State | None:
         """`char` (a separator's comma or a closing bracket) right after a finished entry."""
-        count, vote = state.count + 1, state.vote
+        count, vote, used = state.count + 1, state.vote, state.used
         if state.part == 0 and state.entry in self._aggregator_entries:
             if state.count < MIN_VOTE_INPUTS or char != "]":  # an aggregator is the last step, after enough others
                 return None
             vote = state.count
-        elif state.part == 0 and self.fan_outs_only and char == "]" and count > 1:  # a fan-out ends in the vote
-            return None
+        elif state.part == 0 and self.fan_outs_only:
+            if char == "]" and count > 1:  # a fan-out ends in the vote
+                return None
+            used = state.used | {self._entry_position(state.entry)}
         limit = self.max_steps if state.part == 0 else state.steps
         if char == ",":
-            return State(state.part, SEPARATOR[1:], count, state.steps, "", vote) if count < limit else None
+            return State(state.part, SEPARATOR[1:], count, state.steps, "", vote, used) if count < limit else None
         if char != "]" or count < limit and state.part > 0:
             return None
         steps = count if state.part == 0 else state.steps
@@ -182,13 +191,24 @@ class WorkflowGrammar:
             return self._entry(state, grown) if ok else None
         return self._end_entry(state, char)
 
+    def _entry_position(self, entry: str) -> int:
+        """The catalogue position a finished model_id entry (a quoted name or an index) names."""
+        return self._position[entry] if entry.startswith('"') else int(entry)
+
     def _worker_prefixes(self, state: State) -> frozenset[str]:
         """The quoted names that may be begun at this place of the model_id list."""
-        if state.count < MIN_VOTE_INPUTS:
-            return self._solver_prefixes
-        if self.fan_outs_only and state.count == self.max_steps - 1:
+        if not self.fan_outs_only:
+            return self._solver_prefixes if state.count < MIN_VOTE_INPUTS else self._name_prefixes
+        if state.count == self.max_steps - 1:
             return self._aggregator_prefixes
-        return self._name_prefixes
+        solvers = self._unused_solver_prefixes.get(state.used)
+        if solvers is None:
+            solvers = _prefixes(
+                entry for index, entry in enumerate(self._quoted)
+                if index not in state.used and self.displayed[index] not in self.aggregators
+            )
+            self._unused_solver_prefixes[state.used] = solvers
+        return solvers if state.count < MIN_VOTE_INPUTS else solvers | self._aggregator_prefixes
 
     def _index_may_start(self, state: State, digits: str) -> bool:
         """Whether an index entry may begin (or go on) with `digits`: it names a worker that may stand
@@ -201,6 +221,7 @@ class WorkflowGrammar:
             allowed = not is_aggregator
         else:
             allowed = is_aggregator or not (self.fan_outs_only and state.count == self.max_steps - 1)
+        allowed = allowed and index not in state.used
         return allowed or (digits != "0" and index * 10 < len(self.displayed))
 
     def _subtask(self, state: State, char: str) -> State | None:

@@ -232,15 +232,21 @@ def test_random_scores_never_lead_the_grammar_into_a_dead_end():
     [
         ('["gpt-4o"]', "[[]]", True),
         ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', '[[], [], [], "all"]', True),
-        ('["gpt-4o", "gpt-4o", "claude-3.5-sonnet", "gemini-1.5-pro", "majority-vote"]', '[[], [0], [], [], "all"]', True),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "gemini-1.5-pro", "majority-vote"]', '[[], [0], [], [], "all"]', True),
         ('[0, 3, 1, 4]', "[[], [], [], [0, 1, 2]]", True),
+        # A worker named twice counts its answer twice (on replay, the same recorded answer).
+        ('["gpt-4o", "gpt-4o", "claude-3.5-sonnet", "majority-vote"]', '[[], [], [], "all"]', False),
+        ('[0, 3, 0, 4]', "[[], [], [], [0, 1, 2]]", False),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "llama-3.1-8b", "majority-vote"]', '[[], [], [], [], "all"]', False),
         # A chain: its answer is its last worker's, and it would share the vote's first choice.
         ('["gpt-4o", "llama-3.1-8b"]', "[[], [0]]", False),
         ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet"]', "[[], [], [0, 1]]", False),
         ('[0, 3, 1, 2]', "[[], [], [], []]", False),
     ],
 )
-def test_with_fan_outs_only_a_workflow_of_more_than_one_step_is_a_fan_out_the_vote_closes(workers, access, accepted):
+def test_with_fan_outs_only_a_workflow_of_more_than_one_step_is_a_fan_out_of_distinct_workers_the_vote_closes(
+    workers, access, accepted
+):
     subtasks = str(["Solve."] * (workers.count(",") + 1)).replace("'", '"')
     text = _workflow(workers, subtasks, access)
     assert parse_code(text, SEATS) == PARSE_OK
@@ -252,7 +258,8 @@ def test_with_fan_outs_only_a_workflow_of_more_than_one_step_is_a_fan_out_the_vo
 
 def test_with_fan_outs_only_random_scores_write_single_steps_and_fan_outs_and_never_stall():
     """A five-step limit leaves four solvers and the vote; once four solvers are named only the vote
-    may follow. Whatever the scores, the walk ends in a single step or a fan-out the vote closes."""
+    may follow, and a named worker is not named again. Whatever the scores, the walk ends in a single
+    step or a fan-out of distinct workers the vote closes."""
     pieces = sorted(set("".join(SEATS)) | set("".join(OPENINGS)) | set('[]", \n\\01234allbt'))
     texts = Texts([*pieces, *SEATS, *(f'"{name}"' for name in SEATS), 'model_id = ["', "<stop>"], stops=[])
     texts.stops = frozenset([len(texts.texts) - 1])
@@ -272,5 +279,6 @@ def test_with_fan_outs_only_random_scores_write_single_steps_and_fan_outs_and_ne
         workflow = parse_workflow(text, shown)
         names = [step.worker for step in workflow.steps]
         assert len(names) == 1 or (names[-1] == "majority-vote" and len(names) >= 4), text
+        assert len(set(names)) == len(names), text
         shapes.add(len(names))
     assert shapes >= {1, 4, 5}

@@ -336,7 +336,10 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
         }))
         first = evaluate(instance)
         assert first["arms"][-2:] == ["conductor:hf:checkpoint", "conductor:hf:checkpoint@shuffled"]
-        assert first["conductor_prompts"] == {"hf:checkpoint": {"model": str(checkpoint), **trained_prompt}}
+        # a checkpoint trained before fan_outs_only existed is prompted with it off, as it was trained
+        assert first["conductor_prompts"] == {
+            "hf:checkpoint": {"model": str(checkpoint), **trained_prompt, "fan_outs_only": False}
+        }
         store = Warehouse(warehouse_path)
         conductor_calls = store.query(
             "SELECT c.completion_tokens, c.prompt_tokens FROM calls c JOIN workflows w USING (workflow_id) "

@@ -78,8 +78,10 @@ class WorkflowGrammar:
     of more than one step is a fan-out of distinct workers the aggregator closes: calling a second
     worker is then the same choice as voting, and a chain (whose answer is its last worker's) cannot
     share, and drag down, that choice's credit; a worker named twice would only count its answer
-    twice (on replay it is the same recorded answer). The warm start's `fan_out_only` targets have
-    the same shapes.
+    twice (on replay it is the same recorded answer). Its solvers answer independently (access `[]`:
+    earlier answers in a solver's prompt are paid for as input tokens and make the answers it votes
+    over less independent) and the aggregator sees every one of them. The warm start's
+    `fan_out_only` targets have the same shapes.
     """
 
     def __init__(
@@ -149,9 +151,15 @@ class WorkflowGrammar:
             return None
         if state.part == 1:
             return self._entry(state, char) if char == '"' else None
+        if self._solves_independently(state):
+            return self._entry(state, char) if char == "[" else None
         if char == "[" or char == '"':
             return self._entry(state, char)
         return None
+
+    def _solves_independently(self, state: State) -> bool:
+        """Whether the access entry being written is a fan-out solver's, which must be `[]`."""
+        return self.fan_outs_only and state.vote is not None and state.count != state.vote
 
     @staticmethod
     def _entry(state: State, entry: str) -> State:
@@ -247,9 +255,13 @@ class WorkflowGrammar:
         if entry.endswith("]"):
             return self._end_entry(state, char)
         last = entry.rsplit(" ", 1)[-1].lstrip("[")
+        if self._solves_independently(state) and char != "]":
+            return None
         if char == "]":
-            if step == state.vote and len(set(entry[1:].split(", "))) < MIN_VOTE_INPUTS:  # a vote sees enough steps
-                return None
+            if step == state.vote:  # a vote sees enough steps (under fan_outs_only, every solver)
+                seen = len(set(entry[1:].split(", "))) if entry != "[" else 0
+                if seen < (step if self.fan_outs_only else MIN_VOTE_INPUTS):
+                    return None
             return self._entry(state, entry + char) if entry == "[" or last.isdigit() else None
         if char == ",":
             return self._entry(state, entry + char) if last.isdigit() else None

@@ -232,8 +232,11 @@ def test_random_scores_never_lead_the_grammar_into_a_dead_end():
     [
         ('["gpt-4o"]', "[[]]", True),
         ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', '[[], [], [], "all"]', True),
-        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "gemini-1.5-pro", "majority-vote"]', '[[], [0], [], [], "all"]', True),
-        ('[0, 3, 1, 4]', "[[], [], [], [0, 1, 2]]", True),
+        ('[0, 3, 1, 4]', "[[], [], [], [0, 2, 1]]", True),
+        # Solvers answer independently, and the vote sees every one of them.
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "gemini-1.5-pro", "majority-vote"]', '[[], [0], [], [], "all"]', False),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "majority-vote"]', '[[], "all", [], "all"]', False),
+        ('["gpt-4o", "llama-3.1-8b", "claude-3.5-sonnet", "gemini-1.5-pro", "majority-vote"]', '[[], [], [], [], [0, 1, 3]]', False),
         # A worker named twice counts its answer twice (on replay, the same recorded answer).
         ('["gpt-4o", "gpt-4o", "claude-3.5-sonnet", "majority-vote"]', '[[], [], [], "all"]', False),
         ('[0, 3, 0, 4]', "[[], [], [], [0, 1, 2]]", False),
@@ -280,5 +283,8 @@ def test_with_fan_outs_only_random_scores_write_single_steps_and_fan_outs_and_ne
         names = [step.worker for step in workflow.steps]
         assert len(names) == 1 or (names[-1] == "majority-vote" and len(names) >= 4), text
         assert len(set(names)) == len(names), text
+        if len(names) > 1:
+            assert all(not step.sees for step in workflow.steps[:-1]), text
+            assert set(workflow.steps[-1].sees) == set(range(len(names) - 1)), text
         shapes.add(len(names))
     assert shapes >= {1, 4, 5}

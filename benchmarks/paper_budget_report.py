@@ -9,7 +9,8 @@ warehouse and eval tables under the artifacts root they name, and prints the mar
 `benchmarks/RESULTS-paper-budget.md`'s section for that pool: the trained arm against the best
 single worker, its warm start, random routing and `vote:top5`, paired on the same questions; its
 fan-out share (`sql/workflow_fan_out.sql`) and cost per question against `vote:top5`'s; its order
-invariance; and the learnability ladder's verdict on the training run's own rollouts (parse rate,
+invariance (the same final worker and workers, and the accuracy paired, with the catalogue shuffled
+per question); and the learnability ladder's verdict on the training run's own rollouts (parse rate,
 parsed accuracy and, on a vote pool, fan-out share: the first quarter of its steps against the
 last), and whether it reads the catalogue's membership: the parse rate of rollouts whose catalogue
 shows the run's favourite final worker against those whose catalogue does not. `--curves` copies
@@ -31,6 +32,7 @@ from assets.results import eval_tables_event, paired_points, record_from_event, 
 from benchmarks.learnability import choices, favourite_shown_or_not, quarter_steps, verdict
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.stats import PairedComparison, compare_paired
 from conductor_pipeline.warehouse import Warehouse
 
 
@@ -40,6 +42,18 @@ def trained_arm(arms: list[str]) -> str:
     if len(trained) != 1:
         raise SystemExit(f"expected one trained conductor arm among {arms}")
     return trained[0]
+
+
+def shuffled_against_file_order(workflows: pl.DataFrame, arm: str, shuffled_arm: str) -> PairedComparison:
+    """`shuffled_arm` (the catalogue shuffled per question) against `arm` (file order), paired on the
+    questions both answered: whether the conductor reads the catalogue or a position in it."""
+    verdicts = (
+        workflows.filter(pl.col("arm").is_in([arm, shuffled_arm]))
+        .with_columns(pl.col("correct").fill_null(False).cast(pl.Float64))
+        .pivot(on="arm", index="question_id", values="correct", aggregate_function="mean")
+        .drop_nulls()
+    )
+    return compare_paired(verdicts[shuffled_arm].to_numpy(), verdicts[arm].to_numpy())
 
 
 def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | None]:
@@ -84,9 +98,15 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
         f"Fan-out share of `{trained}`: {fan_out}. Cost per question: {cost[trained]:.5f} USD"
         + (f" against `vote:top5`'s {vote_cost:.5f} ({cost[trained] / vote_cost:.0%})." if vote_cost else "."),
     ]
+    workflows = warehouse.query_file("eval_workflows", {"run_id": run_id})
     for row in record["order_agreement"]:
-        lines.append(f"Catalogue shuffled per question (`{row['arm']}`): {row['same_final_worker']:.3f} of "
-                     f"{row['both_parsed']} questions went to the same final worker.")
+        shift = shuffled_against_file_order(workflows, row["arm"], row["shuffled_arm"])
+        lines.append(
+            f"Catalogue shuffled per question (`{row['arm']}`): {row['same_final_worker']:.3f} of {row['both_parsed']} "
+            f"questions went to the same final worker, {row['same_workers']:.3f} to the same workers; accuracy "
+            f"{shift.arm_accuracy:.3f} against {shift.reference_accuracy:.3f} in file order, "
+            f"{100 * shift.difference.value:+.1f} [{100 * shift.difference.low:+.1f}, {100 * shift.difference.high:+.1f}] pts."
+        )
     first, last = quarters["first_quarter"], quarters["last_quarter"]
     lines += [
         "",

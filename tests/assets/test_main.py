@@ -23,7 +23,9 @@ from assets.main import (
 )
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from assets.run_settings import load_run_settings
 from assets.versions import with_code_versions
+from conductor_pipeline.paths import DATA_DIR
 from conductor_pipeline.training.gates import evaluate_zero_variance, write_verdict
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from resources.conductor import ConductorPolicyResource
@@ -191,3 +193,15 @@ def test_a_rerun_recomputes_nothing_and_a_change_recomputes_exactly_what_depends
         assert "pass_rates" in third.materialized and "eval_arms" in third.materialized
         assert "questions" not in third.materialized and "pool_search" not in third.materialized
         assert run_main_jobs(defs, instance, run_config=toy_run_config, out=lambda line: None).materialized == []
+
+
+@pytest.mark.parametrize("recipe", sorted((DATA_DIR / "train-paper").glob("*.yaml")), ids=lambda p: p.stem)
+def test_each_shipped_paper_budget_recipe_is_a_valid_cpu_paper_trainer(recipe: Path) -> None:
+    """`make train-paper CONFIG=data/train-paper/FILE` must not fail on its settings after the
+    minutes of setup it runs first, and must keep the paper's budget."""
+    trainer = TrainerResource(profile="cpu-paper", **load_run_settings(recipe).resource("trainer"))
+    settings = trainer.grpo_settings()
+    assert settings.rollouts_per_step * settings.max_steps == 51_200
+    prompt = trainer.trained_prompt(settings)
+    assert prompt["constrained_decoding"] == settings.constrained_decoding
+    assert prompt["fan_outs_only"] == settings.fan_outs_only

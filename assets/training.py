@@ -206,6 +206,9 @@ class ContestedConfig(dg.Config):
     band_low: float = Field(BAND_LOW, ge=0, le=1, description="Contested if some worker's pass rate is <= this ...")
     band_high: float = Field(BAND_HIGH, ge=0, le=1, description="... and some worker's is >= this")
     confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of the Wilson intervals that must separate")
+    corpora: list[str] | None = Field(
+        None, description="Only questions of these corpora (e.g. ['math']); empty: every corpus the pool was probed on"
+    )
     min_size: int = Field(
         DEFAULT_MIN_CONTESTED, ge=0, description="The size check fails below this ('200 steps over 33 questions is memorisation')"
     )
@@ -221,7 +224,7 @@ def contested_set(
     pool_config = pool.load()
     rule = ContestedRule(
         weak=config.weak, strong=config.strong, band_low=config.band_low, band_high=config.band_high,
-        confidence=config.confidence,
+        confidence=config.confidence, corpora=None if config.corpora is None else tuple(config.corpora),
     )
     with _failing_step():
         selection, rates = choose_contested_set(warehouse.get_warehouse(), pool_config, rule)

@@ -31,9 +31,15 @@ class ContestedRule:
     band_low: float = BAND_LOW
     band_high: float = BAND_HIGH
     confidence: float = 0.95  # of the Wilson intervals that must separate
+    # None: every corpus the pool was probed on. A subset trains where the routing decision is made:
+    # on easy corpora a group of good workflows is often right in every rollout.
+    corpora: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        described = asdict(self)
+        if self.corpora is not None:
+            described["corpora"] = list(self.corpora)
+        return described
 
 
 @dataclass

@@ -72,6 +72,9 @@ def choose_contested_set(store: Warehouse, pool_config: PoolConfig, rule: Contes
     if rates.is_empty():
         raise TrainingDataError(f"no train-split probe pass rates for pool {pool_config.name!r}: materialize pass_rates first")
     first = train_split_rows(store.query_file("first_probe_samples", {"pool": pool_config.name}), pool_config.worker_names)
+    if rule.corpora is not None:
+        kept = questions_of_corpora(store, rates["question_id"].unique().to_list(), rule.corpora, pool_config.name)
+        rates, first = rates.join(kept, on="question_id"), first.join(kept, on="question_id")
     try:
         selection = select_contested(rates, rule, first_samples=first)
     except ValueError as exc:
@@ -80,6 +83,19 @@ def choose_contested_set(store: Warehouse, pool_config: PoolConfig, rule: Contes
     if leaked:
         raise TrainingDataError(f"contested set would leak {len(leaked)} eval-split questions, e.g. {leaked[:3]}")
     return selection, rates
+
+
+def questions_of_corpora(store: Warehouse, question_ids: list[str], corpora: Sequence[str], pool_name: str) -> pl.DataFrame:
+    """The ids (one column, `question_id`) among `question_ids` whose corpus is one of `corpora`;
+    a corpus the pool was not probed on is refused, naming the ones it was."""
+    probed = store.query_file("questions_by_ids", {"ids": question_ids}).select("question_id", "corpus")
+    known = sorted(set(probed["corpus"].to_list()))
+    unknown = sorted(set(corpora) - set(known))
+    if unknown or not corpora:
+        raise TrainingDataError(
+            f"contested_set corpora {list(corpora)}: pool {pool_name!r} has train-split probes of {known} only"
+        )
+    return probed.filter(pl.col("corpus").is_in(list(corpora))).select("question_id")
 
 
 def write_contested_set(

@@ -8,6 +8,8 @@ GSM8K answers for rollouts, the tiny offline policy and TRL's GRPOTrainer at toy
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 import json
 from pathlib import Path
@@ -140,6 +142,39 @@ def test_contested_set_keeps_only_train_questions_the_pool_splits_on(gsm8k, tmp_
     assert metadata["size"].value == N_TRAIN and metadata["split"].value == "train only"
     assert {"rule", "counts_per_class", "one_sample_flips", "pool_mean_pass_rate_histogram", "split_fingerprint"} <= set(metadata)
     assert _checks(result) == {"contested_set_size": False}  # 6 < 100: blocking failure
+
+
+def test_contested_set_keeps_only_the_corpora_it_is_given(gsm8k, tmp_path, tiny_model):
+    train, _ = gsm8k
+    as_math = [
+        replace(q, question_id=f"test/algebra/{i}.json", corpus="math", level=5)
+        for i, q in enumerate(train * 4)
+    ]
+    as_math = [q for q in as_math if split_of(q.question_id) == "train"]
+    database = _warehouse(tmp_path, [*train, *as_math], weak_correct=False)
+    resources = _resources(database, tmp_path, tiny_model)
+
+    def materialize(corpora):
+        config = {"min_size": 1, "corpora": corpora}
+        return dg.materialize(
+            [contested_set, contested_set_size, pass_rates], selection=dg.AssetSelection.assets(contested_set),
+            resources=resources, run_config=dg.RunConfig(ops={"contested_set": {"config": config}}), raise_on_error=False,
+        )
+
+    assert materialize(["math"]).success
+    manifest = _contested_manifest(resources)
+    assert sorted(manifest["question_ids"]) == sorted(q.question_id for q in as_math)
+    assert manifest["rule"]["corpora"] == ["math"]
+
+    assert materialize(None).success
+    assert len(_contested_manifest(resources)["question_ids"]) == len(train) + len(as_math)
+
+    refused = materialize(["aime"])
+    assert not refused.success
+    [failure] = [e for e in refused.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.cause.message if failure.step_failure_data.error.cause else ""
+    message += failure.step_failure_data.error.message
+    assert "aime" in message and "gsm8k" in message and "math" in message
 
 
 def test_a_pool_where_every_question_is_easy_never_reaches_training(gsm8k, tmp_path, tiny_model):

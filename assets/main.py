@@ -292,6 +292,22 @@ def settings_run_config(settings: RunSettings) -> Callable[[dg.JobDefinition, Se
     return lambda job, assets: {**CONSOLE_INFO, **settings.run_config(list(assets))}
 
 
+def check_settings_ops(defs: dg.Definitions, settings: RunSettings) -> None:
+    """Refuse, before any step runs, op config that no main job would apply or that its asset's config
+    schema rejects: a misspelt op name would otherwise be dropped silently, after minutes of work."""
+    asset_graph = defs.resolve_asset_graph()
+    for name, config in settings.ops.items():
+        key = dg.AssetKey.from_user_string(name)
+        job = next((job for job in MAIN_JOBS if key in job.selection.resolve(asset_graph)), None)
+        if job is None:
+            raise RunSettingsError(f"{settings.source}: ops.{name} is not an asset `make run` materializes")
+        try:
+            dg.validate_run_config(defs.resolve_job_def(job.name), {"ops": {name: {"config": dict(config)}}})
+        except dg.DagsterInvalidConfigError as exc:
+            problems = "; ".join(error.message for error in exc.errors)
+            raise RunSettingsError(f"{settings.source}: ops.{name}: {problems}") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pool", default=default_pool_name(), help="Pool name under data/pools/ or a pool file")
@@ -310,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     make_reproducible(torch_threads=args.torch_threads)
 
     defs = definitions_for(args.pool, settings)
+    try:
+        check_settings_ops(defs, settings)
+    except RunSettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     lock = Path(str(defs.resources["warehouse"].artifacts_root)) / RUN_LOCK_NAME
     try:
         with held_lock(lock, f"the artifacts folder {lock.parent} (a run holds it)", log=print):

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from dagster._utils.error import SerializableErrorInfo
 
 from assets.dagster_internals import StaleStatus, stale_status_resolver
 from assets.definitions import MAIN_JOBS, build_definitions
 from assets.main import (
     HEADLINES,
+    check_settings_ops,
     is_blocking_check_failure,
     plan_job,
     print_headlines,
@@ -23,7 +25,7 @@ from assets.main import (
 )
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
-from assets.run_settings import load_run_settings
+from assets.run_settings import RunSettingsError, load_run_settings
 from assets.versions import with_code_versions
 from conductor_pipeline.paths import DATA_DIR
 from conductor_pipeline.training.gates import evaluate_zero_variance, write_verdict
@@ -205,3 +207,22 @@ def test_each_shipped_paper_budget_recipe_is_a_valid_cpu_paper_trainer(recipe: P
     prompt = trainer.trained_prompt(settings)
     assert prompt["constrained_decoding"] == settings.constrained_decoding
     assert prompt["fan_outs_only"] == settings.fan_outs_only
+    check_settings_ops(build_definitions(POOL), load_run_settings(recipe))
+
+
+@pytest.mark.parametrize(
+    ("ops", "refusal"),
+    [
+        ({"contested_sets": {"corpora": ["math"]}}, "ops.contested_sets is not an asset `make run` materializes"),
+        ({"contested_set": {"corpus": ["math"]}}, 'ops.contested_set: Received unexpected config entry "corpus"'),
+        ({"contested_set": {"corpora": "math"}}, "corpora must be list"),
+    ],
+)
+def test_op_settings_that_no_asset_would_apply_are_refused_before_anything_runs(
+    tmp_path: Path, ops: dict, refusal: str
+) -> None:
+    settings_file = tmp_path / "recipe.yaml"
+    settings_file.write_text(yaml.safe_dump({"ops": ops}))
+    with pytest.raises(RunSettingsError, match="recipe.yaml") as refused:
+        check_settings_ops(build_definitions(POOL), load_run_settings(settings_file))
+    assert refusal in str(refused.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
 from pathlib import Path
 
 import dagster as dg
@@ -18,6 +19,7 @@ from assets.main import (
     HEADLINES,
     check_settings_ops,
     is_blocking_check_failure,
+    main,
     plan_job,
     print_headlines,
     raised_by_the_step,
@@ -226,3 +228,19 @@ def test_op_settings_that_no_asset_would_apply_are_refused_before_anything_runs(
     with pytest.raises(RunSettingsError, match="recipe.yaml") as refused:
         check_settings_ops(build_definitions(POOL), load_run_settings(settings_file))
     assert refusal in str(refused.value)
+
+
+def test_make_run_refuses_a_misspelt_op_before_it_opens_the_artifacts_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    artifacts = tmp_path / "artifacts"
+    monkeypatch.setenv("CORYPHAEUS_ARTIFACTS", str(artifacts))
+    settings_file = tmp_path / "recipe.yaml"
+    settings_file.write_text(yaml.safe_dump({"ops": {"contested_sets": {"corpora": ["math"]}}}))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main(["--pool", POOL, "--config", str(settings_file)]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "recipe.yaml: ops.contested_sets is not an asset" in capsys.readouterr().err
+    assert not artifacts.exists(), "nothing may be written before the settings are accepted"

@@ -318,15 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML of resource settings and asset config (assets/run_settings.py)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
+    make_reproducible(torch_threads=args.torch_threads)
     try:
         settings = load_run_settings(args.config) if args.config else RunSettings()
-    except RunSettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    make_reproducible(torch_threads=args.torch_threads)
-
-    defs = definitions_for(args.pool, settings)
-    try:
+        defs = definitions_for(args.pool, settings)
         check_settings_ops(defs, settings)
     except RunSettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)

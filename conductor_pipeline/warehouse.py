@@ -312,9 +312,15 @@ def sql_row_over_frames(name: str, **relations: pl.DataFrame) -> dict[str, Any]:
 
 
 def _to_arrow(rows: Iterable[Any] | pl.DataFrame | pa.Table) -> pa.Table:
+    """Rows as an arrow table. Records (dataclasses, one class per batch) are read column by column:
+    their fields are flat values, and `dataclasses.asdict` deep-copies every list and datetime, which
+    made the conversion cost more than the insert."""
     if isinstance(rows, pa.Table):
         return rows
     if isinstance(rows, pl.DataFrame):
         return rows.to_arrow()
-    dicts = [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r) for r in rows]
-    return pa.Table.from_pylist(dicts)
+    rows = list(rows)
+    if rows and all(dataclasses.is_dataclass(row) and type(row) is type(rows[0]) for row in rows):
+        names = [field.name for field in dataclasses.fields(rows[0])]
+        return pa.table({name: [getattr(row, name) for row in rows] for name in names})
+    return pa.Table.from_pylist([dataclasses.asdict(r) if dataclasses.is_dataclass(r) else dict(r) for r in rows])

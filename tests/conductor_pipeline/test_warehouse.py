@@ -93,6 +93,24 @@ def test_questions_round_trip(tmp_path):
     assert row["question_id"] == "test/algebra/1.json" and row["level"] == 1 and row["in_math500"]
 
 
+def test_records_and_the_same_rows_as_dicts_are_stored_alike(tmp_path):
+    # Records are read column by column; dicts row by row: lists, None and datetimes must agree.
+    workflows = [
+        dataclasses.replace(make_workflow("wf1"), workers=["a", "b"], catalogue=["b", "a", "c"]),
+        dataclasses.replace(make_workflow("wf2"), workers=[], catalogue=None, correct=None),
+    ]
+    calls = [make_call(1), dataclasses.replace(make_call(2), started_at=None, response=None)]
+    as_records, as_dicts = Warehouse(tmp_path / "records.duckdb"), Warehouse(tmp_path / "dicts.duckdb")
+    as_records.insert_tables({"calls": calls, "workflows": workflows})
+    as_dicts.insert_tables({
+        "calls": [dataclasses.asdict(c) for c in calls], "workflows": [dataclasses.asdict(w) for w in workflows],
+    })
+    for table, key in (("calls", "call_id"), ("workflows", "workflow_id")):
+        stored = [wh.query(f"SELECT * FROM {table} ORDER BY {key}").rows() for wh in (as_records, as_dicts)]
+        assert stored[0] == stored[1] and len(stored[0]) == 2
+    assert as_records.query("SELECT catalogue FROM workflows ORDER BY workflow_id").rows() == [(["b", "a", "c"],), (None,)]
+
+
 def test_outcomes_view_is_the_majority_of_scored_samples(tmp_path):
     wh = Warehouse(tmp_path / "w.duckdb")
     rows = []

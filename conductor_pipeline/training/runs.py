@@ -261,10 +261,12 @@ def run_pool_grpo(
 ) -> TrainingOutcome:
     """GRPO on the training set with rollouts executed against the pool; one warehouse row per step.
 
-    The rollouts the executor records are written before each checkpoint and when the run ends
-    (`PoolExecutor.write_rows`). Stops early (with a checkpoint) once `time_limit_s` has passed; `log`
-    gets the progress lines and `progress` the same figures as a dict (`progress_figures`), at most
-    every PROGRESS_LOG_INTERVAL_S and at the last step.
+    The rollouts the executor records (`PoolExecutor.write_rows`) and the step rows are written
+    with each progress line, before each checkpoint and when the run ends, not every step: a write
+    opens the DuckDB file and checkpoints it, which cost a tenth of a tiny-model step when paid
+    every step. Stops early (with a checkpoint) once `time_limit_s` has passed; `log` gets the progress
+    lines and `progress` the same figures as a dict (`progress_figures`), at most every
+    PROGRESS_LOG_INTERVAL_S and at the last step.
     """
     rows = training.prompt_rows(settings)
     reward = make_conductor_reward(
@@ -274,13 +276,22 @@ def run_pool_grpo(
     started = time.monotonic()
     last_log = [0.0]
     history: list[dict] = []
+    unwritten_steps: list[dict] = []
+
+    def write_rows() -> None:
+        """Everything held: the rollouts, then the step rows (a step's row lands after its rollouts)."""
+        executor.write_rows()
+        if unwritten_steps:
+            training.store.insert("training_steps", unwritten_steps)
+            unwritten_steps.clear()
 
     def on_step(step: dict) -> bool:
-        training.store.insert("training_steps", [training_steps_row(run_id, phase, step)])
+        unwritten_steps.append(training_steps_row(run_id, phase, step))
         history.append(step)
         elapsed = time.monotonic() - started
         if elapsed - last_log[0] >= PROGRESS_LOG_INTERVAL_S or step["step"] >= settings.max_steps:
             last_log[0] = elapsed
+            write_rows()
             figures = progress_figures(history, elapsed, settings)
             log(
                 f"{phase} {run_id}: step {figures['step']}/{settings.max_steps}, {figures['rollouts_per_s']:.1f} "
@@ -300,11 +311,11 @@ def run_pool_grpo(
     )
     try:
         return train_grpo(
-            model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=executor.write_rows,
+            model_path, rows, reward, settings, output_dir, on_step=on_step, before_checkpoint=write_rows,
             resume=resume, log=log, aggregators=training.pool_config.vote_seat_names,
         )
     finally:
-        executor.write_rows()  # the rollouts since the last checkpoint
+        write_rows()  # the steps and rollouts since the last write
 
 
 # Settings that say how long a run is and how often it saves, not what it learns: left out of its key.

@@ -19,7 +19,7 @@ from conductor_pipeline.conductor.prompt import (
     default_examples,
     displayed_worker_names,
 )
-from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyOutput
+from conductor_pipeline.conductor.protocols import BatchingPolicy, ConductorPolicy, PolicyOutput
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
 from conductor_pipeline.devices import AUTO_DEVICE
 from conductor_pipeline.pools.backends.base import Worker
@@ -269,7 +269,16 @@ def frozen_conductor(pool_config: PoolConfig, model_path: Path | str, device: st
 async def sample_completions(
     policy: ConductorPolicy, rows: Sequence[dict], samples: int, max_new_tokens: int
 ) -> list[tuple[dict, PolicyOutput]]:
-    """`samples` completions per row at temperature 1 (the rollout temperature), seeded per row."""
+    """`samples` completions per row at temperature 1 (the rollout temperature). A batching policy
+    samples every row's completions in one call, each completion from a seed of its own; any other
+    policy is called once per row, seeded per row."""
+    if isinstance(policy, BatchingPolicy):
+        repeated = [row for row in rows for _ in range(samples)]
+        sampled = await policy.propose_batch(
+            [row["prompt"] for row in repeated], temperature=1.0, max_new_tokens=max_new_tokens,
+            seeds=range(len(repeated)),
+        )
+        return list(zip(repeated, sampled, strict=True))
     outputs: list[tuple[dict, PolicyOutput]] = []
     for index, row in enumerate(rows):
         sampled = await policy.propose(row["prompt"], n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=index)

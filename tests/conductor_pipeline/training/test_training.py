@@ -407,6 +407,20 @@ def test_lora_warm_start_is_merged_and_grpo_checkpoints_hold_adapters(tiny_model
     assert len(samples) == 2
 
 
+def test_sampled_completions_of_a_batching_policy_come_per_row_in_order_each_from_its_own_seed(tiny_model):
+    from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
+    from conductor_pipeline.training.rollouts import sample_completions
+
+    rows = conductor_prompt_rows(QUESTIONS[:3], WORKERS, short_prompt, question_id=str)
+    policy = HFLocalPolicy(tiny_model, device="cpu")
+    sampled = asyncio.run(sample_completions(policy, rows, 2, 12))
+    assert [row["question_id"] for row, _ in sampled] == [row["question_id"] for row in rows for _ in range(2)]
+    again = asyncio.run(sample_completions(policy, rows, 2, 12))
+    assert [out.text for _, out in sampled] == [out.text for _, out in again]
+    # Each sample has a seed of its own: a row's samples are not one text repeated.
+    assert any(sampled[2 * i][1].text != sampled[2 * i + 1][1].text for i in range(len(rows)))
+
+
 def test_parse_checks_and_the_frozen_conductor_load_the_policy_on_the_device_given(monkeypatch, tiny_model):
     from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
     from conductor_pipeline.pools.config import load_pool

@@ -111,6 +111,26 @@ def test_records_and_the_same_rows_as_dicts_are_stored_alike(tmp_path):
     assert as_records.query("SELECT catalogue FROM workflows ORDER BY workflow_id").rows() == [(["b", "a", "c"],), (None,)]
 
 
+def test_writes_stay_in_the_log_until_it_holds_enough_and_every_reader_sees_them(tmp_path, monkeypatch):
+    import conductor_pipeline.warehouse as warehouse_module
+
+    path = tmp_path / "w.duckdb"
+    wal = tmp_path / "w.duckdb.wal"
+    wh = Warehouse(path)
+    wh.insert("calls", [make_call(0)])
+    assert not wal.exists()  # the connection that applied the schema folds it in
+    wh.insert_tables({"calls": [make_call(1)], "workflows": [make_workflow("wf1")]})
+    assert wal.is_file()  # closing did not fold the small write into the file
+    with duckdb.connect(str(path), read_only=True) as outside:  # a DuckDB shell replays the log
+        assert outside.execute("SELECT count(*) FROM calls").fetchone()[0] == 2
+    monkeypatch.setattr(warehouse_module, "WAL_FOLD_BYTES", 1)
+    wh.insert("calls", [make_call(2)])
+    assert not wal.exists()  # the log had grown past the threshold: folded on close
+    fresh = Warehouse(path)  # applies the schema again over the folded file
+    assert fresh.query("SELECT count(*) AS n FROM calls")["n"][0] == 3
+    assert fresh.query("SELECT catalogue FROM workflows").rows() == [(make_workflow("wf1").catalogue,)]
+
+
 def test_outcomes_view_is_the_majority_of_scored_samples(tmp_path):
     wh = Warehouse(tmp_path / "w.duckdb")
     rows = []

@@ -134,6 +134,7 @@ class Warehouse:
         on_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.wal_path = Path(f"{self.path}.wal")  # DuckDB's write-ahead log beside the file
         self.lock_timeout_s = lock_timeout_s
         self.busy_timeout_s = busy_timeout_s
         self.replica_path = Path(replica_path) if replica_path is not None else None
@@ -198,9 +199,10 @@ class Warehouse:
     def _close(self, con: duckdb.DuckDBPyConnection, *, fold: bool) -> None:
         """Close, leaving the write-ahead log unfolded while it is under `WAL_FOLD_BYTES` (the next
         open replays it; the replica is always copied from a folded file). The log is always folded
-        after the schema was applied: DuckDB 1.5 fails to replay its view and column defaults. A
-        connection that cannot take the setting (its transaction failed) folds the log as it closes."""
-        wal = Path(f"{self.path}.wal")
+        after the schema was applied: DuckDB 1.5.6 fails to replay a log that creates the tables
+        (`ALTER TABLE ... ADD COLUMN ... DEFAULT`) and then writes rows. A connection that cannot
+        take the setting (its transaction failed) folds the log as it closes."""
+        wal = self.wal_path
         try:
             if not fold and (not wal.is_file() or wal.stat().st_size < WAL_FOLD_BYTES):
                 con.execute("PRAGMA disable_checkpoint_on_shutdown")
@@ -286,7 +288,7 @@ class Warehouse:
         replica = self.replica_path
         if replica is None or not self.path.is_file():
             return False
-        wal = Path(f"{self.path}.wal")
+        wal = self.wal_path
         source_mtime = max(path.stat().st_mtime_ns for path in (self.path, wal) if path.is_file())
         if replica.is_file():
             replica_mtime = replica.stat().st_mtime_ns

@@ -26,7 +26,6 @@ from typing import Any
 
 from conductor_pipeline.files import manifest_problem, write_failure, write_manifest
 from conductor_pipeline.training.settings import GRPOSettings
-from conductor_pipeline.training.trl_extensions import labelled_positions_only
 
 logger = logging.getLogger(__name__)
 
@@ -294,6 +293,8 @@ def train_grpo(
         callbacks=_make_callbacks(on_step, before_checkpoint, reward_fn, settings.num_generations, rows, stop_flag),
         aggregators=aggregators,
     )
+    from conductor_pipeline.training.trl_extensions import labelled_positions_only
+
     save_failed = False
     try:
         with labelled_positions_only():

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from conductor_pipeline.files import write_json_atomic, write_text_atomic
 from conductor_pipeline.training.settings import SFTSettings
-from conductor_pipeline.training.trl_extensions import labelled_positions_only
 
 # --- SFT warm start ----------------------------------------------------------------------------
 
@@ -50,6 +49,8 @@ def warm_start_sft(
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import SFTTrainer
+
+    from conductor_pipeline.training.trl_extensions import labelled_positions_only
 
     model_path, output_dir = Path(model_path), Path(output_dir)
     if not examples:

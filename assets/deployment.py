@@ -27,6 +27,7 @@ from typing import Any
 import dagster as dg
 
 from conductor_pipeline.paths import ARTIFACTS_ENV, PROJECT_ROOT
+from conductor_pipeline.reproducibility import cpu_signature
 
 # Knobs, with their reason.
 PROFILE_ENV = "CORYPHAEUS_PROFILE"
@@ -191,8 +192,12 @@ def git_commit() -> str:
 
 
 def run_tags(pool: str) -> dict[str, str]:
-    """What tells two runs apart in the UI's run list: the pool, the code's commit, the profile."""
-    return {"pool": pool, "git_commit": git_commit(), "profile": os.environ.get(PROFILE_ENV) or "local"}
+    """What tells two runs apart in the UI's run list: the pool, the code's commit, the profile, and
+    the CPU whose float kernels computed it (`cpu_signature`)."""
+    return {
+        "pool": pool, "git_commit": git_commit(), "profile": os.environ.get(PROFILE_ENV) or "local",
+        "cpu": cpu_signature(),
+    }
 
 
 def with_job_tags(jobs: Sequence[Any], tags: Mapping[str, str]) -> list[Any]:

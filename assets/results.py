@@ -4,8 +4,9 @@
     .venv/bin/python -m assets.results --check    # exit 1 when the README block is not the record's
 
 It reads the latest materializations in $DAGSTER_HOME (the gate, the warm start, training and the
-eval tables the eval run wrote beside the warehouse), records the figures with the commit and the
-eval run id in `docs/results/default-run.json`, and renders the block between the README's
+eval tables the eval run wrote beside the warehouse), records the figures with the commit, the CPU
+(`cpu_signature`: another CPU's float kernels can train another conductor) and the eval run id
+in `docs/results/default-run.json`, and renders the block between the README's
 `<!-- results:begin -->` and `<!-- results:end -->` markers from that record. A test renders the
 record again and compares it with the README, so the README's figures are the recorded run's; the
 slow test `tests/assets/test_results.py::test_a_fresh_default_run_reproduces_the_record` runs the
@@ -65,8 +66,11 @@ def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> 
     agreement = pl.read_parquet(folder / f"{run_id}_order_agreement.parquet")
     probe, warm, checkpoint = (latest_metadata(instance, a) for a in ("grpo_probe_run", "warm_start_policy", "conductor_checkpoint"))
     accuracy = {r["arm"]: {"accuracy": r["accuracy"], "parsed": r["parse_ok_share"]} for r in arms.iter_rows(named=True)}
+    tags = run.tags if run else {}
     return {
-        "commit": (run.tags if run else {}).get("git_commit", "unknown"),
+        "commit": tags.get("git_commit", "unknown"),
+        # The float kernels the figures came from: another CPU can train another conductor.
+        "cpu": tags.get("cpu", "unknown"),
         "eval_run_id": run_id,
         "questions": int(_value(tables, "n_scored")),
         "gate": {
@@ -101,13 +105,19 @@ def paired_points(row: Mapping) -> str:
     return f"{100 * row['difference']:+.1f} [{100 * row['difference_low']:+.1f}, {100 * row['difference_high']:+.1f}]"
 
 
+def on_cpu(record: Mapping) -> str:
+    """` on AMD EPYC (avx2)`: the CPU of a run, for records that name one (older ones do not)."""
+    cpu = record.get("cpu")
+    return f" on {cpu}" if cpu and cpu != "unknown" else ""
+
+
 def render_block(record: Mapping) -> str:
     """The README block: one table of the run, tied to its commit and eval run id."""
     gate, warm, training = record["gate"], record["warm_start"], record["training"]
     arms = record["arms"]
     conductors = sorted(arm for arm in arms if arm.startswith("conductor:"))
     lines = [
-        f"From `make run` at commit `{record['commit']}` (eval run `{record['eval_run_id']}`, "
+        f"From `make run` at commit `{record['commit']}`{on_cpu(record)} (eval run `{record['eval_run_id']}`, "
         f"{record['questions']} MATH level-5 eval questions); `make results` wrote this block from that run.",
         "",
         "| arm | accuracy | parsed | against it, the trained conductor (pts, paired 95% CI) |",

@@ -25,6 +25,7 @@ from assets.deployment import (
     with_op_tags,
 )
 from conductor_pipeline.paths import ARTIFACTS_ENV, PROJECT_ROOT
+from conductor_pipeline.reproducibility import cpu_signature
 from resources.pool import DEFAULT_POOL
 from resources.trainer import TrainerResource
 from resources.warehouse import WAREHOUSE_ENV, WarehouseResource
@@ -158,12 +159,14 @@ def test_helm_values_put_the_artifacts_root_on_the_shared_volume() -> None:
         assert any(Path(SHARED_ARTIFACTS_ROOT).is_relative_to(m) for m in mounted), mounted
 
 
-def test_runs_carry_the_pool_the_commit_and_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runs_carry_the_pool_the_commit_the_profile_and_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(GIT_COMMIT_ENV, raising=False)
     assert git_commit() != "unknown"  # this checkout is a git work tree
     monkeypatch.setenv(GIT_COMMIT_ENV, "abc123")
     monkeypatch.setenv(PROFILE_ENV, "local")
-    assert run_tags("replay-mixed6") == {"pool": "replay-mixed6", "git_commit": "abc123", "profile": "local"}
+    assert run_tags("replay-mixed6") == {
+        "pool": "replay-mixed6", "git_commit": "abc123", "profile": "local", "cpu": cpu_signature(),
+    }
     (job,) = with_job_tags([dg.define_asset_job("rows_job", selection=[upstream_rows], tags={"team": "x"})],
                            run_tags("replay-mixed6"))
     result = dg.Definitions(assets=[upstream_rows], jobs=[job]).resolve_job_def("rows_job").execute_in_process()

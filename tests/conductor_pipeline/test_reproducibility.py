@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conductor_pipeline.reproducibility import make_reproducible
+from conductor_pipeline.reproducibility import cpu_signature, make_reproducible
 
 
 @pytest.fixture
@@ -47,3 +47,15 @@ def test_two_calls_give_the_same_unseeded_draws_and_the_same_matmul(restore_torc
     draws()
     again = torch.randn(64, 64)
     assert (again @ again).sum().item() == product  # ... and the same draws give the same sum
+
+
+def test_the_cpu_signature_names_the_model_and_the_widest_kernels_torch_uses() -> None:
+    intel = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C\nflags\t\t: fpu avx2 avx512f avx512bw avx512vl avx512dq\n"
+    assert cpu_signature(intel) == "Intel(R) Xeon(R) Platinum 8375C (avx512)"
+    # AVX-512 without the subsets torch needs dispatches the AVX2 kernels.
+    assert cpu_signature(intel.replace(" avx512bw", "")) == "Intel(R) Xeon(R) Platinum 8375C (avx2)"
+    amd = "model name\t: AMD EPYC\nflags\t\t: fpu avx avx2 fma\nmodel name\t: AMD EPYC\n"
+    assert cpu_signature(amd) == "AMD EPYC (avx2)"
+    assert cpu_signature("") == "unknown"
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):  # this machine, as torch reads it
+        assert cpu_signature().endswith(f"({torch.backends.cpu.get_cpu_capability().lower()})")

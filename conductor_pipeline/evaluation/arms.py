@@ -214,37 +214,67 @@ class ConductorArm:
     ) -> list[WorkflowRecord]:
         """Every (question, repeat) of `batch` but the `recorded` (question id, repeat) pairs: with a
         batching policy (`BatchingPolicy`) the whole batch's prompts are generated together, recorded
-        ones included, then the others' workflows run; otherwise one `answer` each.
+        ones included (`generate_batch`), then the others' workflows run (`run_generated`);
+        otherwise one `answer` each."""
+        gate = asyncio.Semaphore(max_concurrent)
+        recorded = set(recorded)
+        if isinstance(self.policy, BatchingPolicy):
+            generated = await self.generate_batch(orchestrator, batch)
+            return await self.run_generated(
+                orchestrator, batch, generated, run_id=run_id, max_concurrent=max_concurrent, recorded=recorded
+            )
 
-        Why the recorded rows are generated again: a batch's texts are the same for the same batch,
-        but a smaller batch pads and multiplies in other shapes, and at temperature 1 a last-bit
+        async def one(question: Question, repeat: int) -> WorkflowRecord:
+            async with gate:
+                return await self.answer(orchestrator, question, run_id=run_id, repeat=repeat)
+
+        return list(await asyncio.gather(*(one(q, r) for q, r in batch if (q.question_id, r) not in recorded)))
+
+    async def generate_batch(
+        self, orchestrator: Orchestrator, batch: Sequence[tuple[Question, int]]
+    ) -> list[PolicyOutput] | PolicyError:
+        """The workflow texts of the whole batch from a batching policy, in one call; a policy
+        fault is returned, for `run_generated` to record against every workflow of the batch.
+
+        Recorded rows are generated too: a batch's texts are the same for the same batch, but a
+        smaller batch pads and multiplies in other shapes, and at temperature 1 a last-bit
         difference in the scores can change a sampled token; a run resumed after a kill must draw
         what the uninterrupted run drew.
         """
-        gate = asyncio.Semaphore(max_concurrent)
-        recorded = set(recorded)
-        pending = [(q, r) for q, r in batch if (q.question_id, r) not in recorded]
         if not isinstance(self.policy, BatchingPolicy):
-
-            async def one(question: Question, repeat: int) -> WorkflowRecord:
-                async with gate:
-                    return await self.answer(orchestrator, question, run_id=run_id, repeat=repeat)
-
-            return list(await asyncio.gather(*(one(q, r) for q, r in pending)))
+            raise TypeError(f"{self.name}: policy {type(self.policy).__name__} does not generate batches")
         try:
-            outputs = await self.policy.propose_batch(
+            return await self.policy.propose_batch(
                 [self.prompt(orchestrator, q) for q, _ in batch], temperature=self.temperature,
                 max_new_tokens=self.max_new_tokens, seeds=[self.sampling_seed(q, r) for q, r in batch],
             )
         except PolicyError as exc:
-            return [await self._not_run(orchestrator, q, run_id=run_id, repeat=r, error=str(exc)) for q, r in pending]
+            return exc
+
+    async def run_generated(
+        self,
+        orchestrator: Orchestrator,
+        batch: Sequence[tuple[Question, int]],
+        generated: list[PolicyOutput] | PolicyError,
+        *,
+        run_id: str,
+        max_concurrent: int,
+        recorded: Collection[tuple[str, int]] = (),
+    ) -> list[WorkflowRecord]:
+        """The workflows of `batch` but the `recorded` ones, from `generate_batch`'s texts."""
+        pending = [(q, r) for q, r in batch if (q.question_id, r) not in recorded]
+        if isinstance(generated, PolicyError):
+            return [
+                await self._not_run(orchestrator, q, run_id=run_id, repeat=r, error=str(generated)) for q, r in pending
+            ]
+        gate = asyncio.Semaphore(max_concurrent)
 
         async def run(question: Question, repeat: int, output: PolicyOutput) -> WorkflowRecord:
             async with gate:
                 return await self._run(orchestrator, question, output, run_id=run_id, repeat=repeat)
 
         return list(await asyncio.gather(*(
-            run(q, r, o) for (q, r), o in zip(batch, outputs, strict=True) if (q.question_id, r) not in recorded
+            run(q, r, o) for (q, r), o in zip(batch, generated, strict=True) if (q.question_id, r) not in recorded
         )))
 
     async def _run(
@@ -263,6 +293,37 @@ class ConductorArm:
         )
 
 
+async def _run_groups_pipelined(
+    orchestrator: Orchestrator,
+    arm: ConductorArm,
+    groups: Sequence[tuple[Sequence[tuple[Question, int]], Collection[tuple[str, int]]]],
+    *,
+    run_id: str,
+    max_concurrent: int,
+) -> list[WorkflowRecord]:
+    """Each group's workflows run and are written while the policy generates the next group's
+    texts (in its worker thread), so the model does not wait on the workers and the warehouse.
+    Each group's texts are those of `answer_batch`: the same batch, generated in the same order.
+    Not for a recursive arm, whose workflows call the policy themselves."""
+    records: list[WorkflowRecord] = []
+    upcoming = asyncio.ensure_future(arm.generate_batch(orchestrator, groups[0][0])) if groups else None
+    try:
+        for index, (group, recorded) in enumerate(groups):
+            generated = await upcoming
+            upcoming = (
+                asyncio.ensure_future(arm.generate_batch(orchestrator, groups[index + 1][0]))
+                if index + 1 < len(groups) else None
+            )
+            records += await arm.run_generated(
+                orchestrator, group, generated, run_id=run_id, max_concurrent=max_concurrent, recorded=recorded
+            )
+            await orchestrator.flush()
+    finally:
+        if upcoming is not None and not upcoming.done():
+            upcoming.cancel()
+    return records
+
+
 async def run_arm(
     orchestrator: Orchestrator,
     arm: Arm,
@@ -277,21 +338,23 @@ async def run_arm(
 
     Skipping by workflow id makes a rerun after a crash continue where it stopped. A conductor arm
     generates `max_concurrent` questions' workflows at a time (one batch where its policy batches),
-    and each group's rows are written before the next group starts. The groups are cut from every
+    and each group's rows are written before the next group's workflows start. The groups are cut from every
     (question, repeat), recorded or not, so a resumed run generates the batches an uninterrupted
-    one did (`ConductorArm.answer_batch`); a group with nothing left to record is not generated.
+    one did (`ConductorArm.generate_batch`); a group with nothing left to record is not generated. A
+    batching, non-recursive conductor generates the next group while the last one's workflows run.
     """
     def is_recorded(question: Question, repeat: int) -> bool:
         return workflow_key(run_id, arm.name, repeat, question.question_id, arm.name) in skip_workflow_ids
 
     every = [(q, r) for r in range(repeats) for q in questions]
     if isinstance(arm, ConductorArm):
+        groups = [every[start:start + max_concurrent] for start in range(0, len(every), max_concurrent)]
+        recorded_of = [{(q.question_id, r) for q, r in group if is_recorded(q, r)} for group in groups]
+        left = [(group, recorded) for group, recorded in zip(groups, recorded_of, strict=True) if len(recorded) < len(group)]
+        if isinstance(arm.policy, BatchingPolicy) and not arm.recursive:
+            return await _run_groups_pipelined(orchestrator, arm, left, run_id=run_id, max_concurrent=max_concurrent)
         records: list[WorkflowRecord] = []
-        for start in range(0, len(every), max_concurrent):
-            group = every[start:start + max_concurrent]
-            recorded = {(q.question_id, r) for q, r in group if is_recorded(q, r)}
-            if len(recorded) == len(group):
-                continue
+        for group, recorded in left:
             records += await arm.answer_batch(
                 orchestrator, group, run_id=run_id, max_concurrent=max_concurrent, recorded=recorded
             )

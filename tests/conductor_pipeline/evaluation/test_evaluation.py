@@ -313,6 +313,41 @@ def test_a_resumed_conductor_arm_generates_the_batches_of_an_uninterrupted_run(t
     assert resumed.query("SELECT count(*) AS n FROM workflows")["n"][0] == 10
 
 
+def test_a_batching_conductor_generates_the_next_group_while_a_group_runs(tmp_path):
+    questions = numbered_questions(8)
+    pool = PoolConfig(name="eval-test", workers=[seat("small"), seat("big")])
+    events: list[str] = []
+
+    class LoggedSolver(SolverWorker):
+        async def call(self, request: CallRequest) -> CallResult:
+            events.append(f"call {request.question.question_id}")
+            return await super().call(request)
+
+    class LoggedPolicy(BatchSizePolicy):
+        async def propose_batch(self, prompts, **settings):
+            outputs = await super().propose_batch(prompts, **settings)
+            events.append(f"generate {self.batches[-1][0]}")
+            return outputs
+
+    ids = frozenset(q.question_id for q in questions)
+    workers = {"small": LoggedSolver("small", frozenset()), "big": LoggedSolver("big", ids)}
+    warehouse = Warehouse(tmp_path / "pipelined.duckdb")
+    policy = LoggedPolicy()
+
+    async def main():
+        orch = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
+        await run_arm(orch, ConductorArm("batched", policy), questions, run_id="eval-pipelined", max_concurrent=4)
+        await orch.aclose()
+
+    asyncio.run(main())
+    # The second group's texts are asked for before the first group's workflows call a worker ...
+    assert events.index("generate 4?") < events.index("call q000")
+    # ... and the groups are the batches of a run that waits: the same texts, every workflow once.
+    assert policy.batches == [["0?", "1?", "2?", "3?"], ["4?", "5?", "6?", "7?"]]
+    rows = warehouse.query("SELECT question_id, workers[1] AS worker FROM workflows ORDER BY question_id")
+    assert rows["question_id"].to_list() == sorted(ids) and set(rows["worker"]) == {"big"}
+
+
 def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():
     lineup = eval_lineup(
         [seat("small"), seat("big")], _choice("big"), world_model=FlatWorldModel(),

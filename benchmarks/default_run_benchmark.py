@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from conductor_pipeline.reproducibility import cpu_signature
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BASELINE = "928a1c3"
 DEFAULT_OUTPUT = PROJECT_ROOT / "benchmarks" / "RESULTS-default-run.md"
@@ -118,7 +120,10 @@ def results_table(steps: list[str], baseline: dict[str, StepResult], current: di
 
 
 def results_markdown(args: argparse.Namespace, commits: dict[str, str], table: str) -> str:
-    machine = f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"
+    machine = (
+        f"{platform.node()}: {os.cpu_count()} CPUs ({cpu_signature()}), {platform.platform()}, "
+        f"Python {platform.python_version()}"
+    )
     cache = "empty pip and uv caches per clone" if args.cold_cache else "this machine's pip and uv caches as found"
     return (
         "# Default run: install, run, rerun and test from fresh clones\n\n"

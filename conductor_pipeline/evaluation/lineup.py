@@ -146,8 +146,7 @@ async def run_lineup(
     Closes the workers and the conductors' policies when done.
 
     A pool that seats the conductor recurses: each conductor arm's workflows call that arm's own
-    policy, with its settings, at the conductor's seat (the arm must be `recursive`). Otherwise the
-    conductor arms (one after another) run beside the other arms.
+    policy, with its settings, at the conductor's seat (the arm must be `recursive`).
     """
     seats_conductor = any(seat.is_conductor for seat in pool_config.workers)
     mislabelled = [arm.name for arm in lineup.conductors if arm.recursive != seats_conductor]
@@ -182,35 +181,17 @@ async def run_lineup(
         records = await run_arm(orchestrator, arm, questions, run_id=run_id, repeats=repeats, skip_workflow_ids=done)
         log(f"{arm.name}: {len(records)} workflows run ({len(questions)} questions x {repeats})")
 
-    async def workers_only() -> None:
+    try:
         await asyncio.gather(*(run(arm, baseline) for arm in lineup.solo))
         verdicts = _solo_verdicts(store, run_id, lineup.solo)
         routers = [arm.with_solo_verdicts(verdicts) if isinstance(arm, OracleArm) else arm for arm in lineup.routers]
         await asyncio.gather(*(run(arm, baseline) for arm in routers))
-
-    async def conductors() -> None:
-        for arm in lineup.conductors:  # one at a time: they share the machine's model threads
+        for arm in lineup.conductors:
             orchestrator = orchestrator_for(arm)
             try:
                 await run(arm, orchestrator)
             finally:
                 await orchestrator.aclose()
-
-    try:
-        if seats_conductor:  # its conductor arms' workflows call the policy themselves: one thing at a time
-            await workers_only()
-            await conductors()
-            return
-        # The conductors' policies generate in their own threads while the other arms run on the
-        # workers, so neither waits for the other; a failure of the other arms stops the conductors.
-        conducting = asyncio.ensure_future(conductors())
-        try:
-            await workers_only()
-        except BaseException:
-            conducting.cancel()
-            await asyncio.wait([conducting])
-            raise
-        await conducting
     finally:
         await baseline.aclose()
         for arm in lineup.conductors:

@@ -389,33 +389,6 @@ def test_run_lineup_runs_every_arm_and_the_oracle_on_the_solo_verdicts(tmp_path)
     assert warehouse.query("SELECT count(*) AS n FROM workflows")["n"][0] == workflows.height
 
 
-def test_run_lineup_generates_for_the_conductors_while_the_other_arms_run(tmp_path):
-    questions = numbered_questions(8)
-    ids = frozenset(q.question_id for q in questions)
-    pool = PoolConfig(name="eval-test", workers=[seat("small"), seat("big")])
-    events: list[str] = []
-
-    class LoggedSolver(SolverWorker):
-        async def call(self, request: CallRequest) -> CallResult:
-            events.append("call")
-            return await super().call(request)
-
-    class LoggedPolicy(BatchSizePolicy):
-        async def propose_batch(self, prompts, **settings):
-            events.append("generate")
-            return await super().propose_batch(prompts, **settings)
-
-    workers = {"small": LoggedSolver("small", frozenset()), "big": LoggedSolver("big", ids)}
-    warehouse = Warehouse(tmp_path / "w.duckdb")
-    lineup = eval_lineup(pool.workers, _choice("big"), conductors=[ConductorArm("batched", LoggedPolicy())])
-    asyncio.run(run_lineup(warehouse, pool, workers, questions, run_id="eval-overlap", lineup=lineup))
-    # The conductor's first batch is asked for before any other arm calls a worker, not after all of them ...
-    assert events[0] == "generate" and events.count("generate") == 1
-    # ... and every arm records every question.
-    counts = warehouse.query("SELECT arm, count(*) AS n FROM workflows GROUP BY arm")
-    assert set(counts["arm"]) == set(lineup.names) and set(counts["n"]) == {8}
-
-
 def _choice(worker: str):
     from conductor_pipeline.evaluation.routers import BestSingleChoice
 

@@ -212,17 +212,10 @@ class ConductorArm:
         max_concurrent: int,
         recorded: Collection[tuple[str, int]] = (),
     ) -> list[WorkflowRecord]:
-        """Every (question, repeat) of `batch` but the `recorded` (question id, repeat) pairs: with a
-        batching policy (`BatchingPolicy`) the whole batch's prompts are generated together, recorded
-        ones included (`generate_batch`), then the others' workflows run (`run_generated`);
-        otherwise one `answer` each."""
+        """Every (question, repeat) of `batch` but the `recorded` (question id, repeat) pairs, one
+        `answer` each, `max_concurrent` at a time: for a policy that does not batch (a batching one
+        goes through `generate_batch` and `run_generated`)."""
         gate = asyncio.Semaphore(max_concurrent)
-        recorded = set(recorded)
-        if isinstance(self.policy, BatchingPolicy):
-            generated = await self.generate_batch(orchestrator, batch)
-            return await self.run_generated(
-                orchestrator, batch, generated, run_id=run_id, max_concurrent=max_concurrent, recorded=recorded
-            )
 
         async def one(question: Question, repeat: int) -> WorkflowRecord:
             async with gate:
@@ -293,7 +286,7 @@ class ConductorArm:
         )
 
 
-async def _run_groups_pipelined(
+async def _run_generated_groups(
     orchestrator: Orchestrator,
     arm: ConductorArm,
     groups: Sequence[tuple[Sequence[tuple[Question, int]], Collection[tuple[str, int]]]],
@@ -301,23 +294,27 @@ async def _run_groups_pipelined(
     run_id: str,
     max_concurrent: int,
 ) -> list[WorkflowRecord]:
-    """Each group's workflows run and are written while the policy generates the next group's
-    texts (in its worker thread), so the model does not wait on the workers and the warehouse.
-    Each group's texts are those of `answer_batch`: the same batch, generated in the same order.
-    Not for a recursive arm, whose workflows call the policy themselves."""
+    """A batching arm's groups: each generated whole (`generate_batch`), then its workflows run and
+    are written. The policy generates the next group in its worker thread while a group's
+    workflows run, so the model does not wait on the workers and the warehouse; a recursive arm,
+    whose workflows call the policy themselves, generates each group after the last is written."""
+    ahead = not arm.recursive
+
+    def generate(index: int) -> asyncio.Future[list[PolicyOutput] | PolicyError] | None:
+        return asyncio.ensure_future(arm.generate_batch(orchestrator, groups[index][0])) if index < len(groups) else None
+
     records: list[WorkflowRecord] = []
-    upcoming = asyncio.ensure_future(arm.generate_batch(orchestrator, groups[0][0])) if groups else None
+    upcoming = generate(0)
     try:
         for index, (group, recorded) in enumerate(groups):
             generated = await upcoming
-            upcoming = (
-                asyncio.ensure_future(arm.generate_batch(orchestrator, groups[index + 1][0]))
-                if index + 1 < len(groups) else None
-            )
+            upcoming = generate(index + 1) if ahead else None
             records += await arm.run_generated(
                 orchestrator, group, generated, run_id=run_id, max_concurrent=max_concurrent, recorded=recorded
             )
             await orchestrator.flush()
+            if not ahead:
+                upcoming = generate(index + 1)
     finally:
         if upcoming is not None and not upcoming.done():
             upcoming.cancel()
@@ -338,10 +335,10 @@ async def run_arm(
 
     Skipping by workflow id makes a rerun after a crash continue where it stopped. A conductor arm
     generates `max_concurrent` questions' workflows at a time (one batch where its policy batches),
-    and each group's rows are written before the next group's workflows start. The groups are cut from every
-    (question, repeat), recorded or not, so a resumed run generates the batches an uninterrupted
-    one did (`ConductorArm.generate_batch`); a group with nothing left to record is not generated. A
-    batching, non-recursive conductor generates the next group while the last one's workflows run.
+    and each group's rows are written before the next group's workflows start. The groups are cut
+    from every (question, repeat), recorded or not, so a resumed run generates the batches an
+    uninterrupted one did (`ConductorArm.generate_batch`); a group with nothing left to record is
+    not generated (`_run_generated_groups`).
     """
     def is_recorded(question: Question, repeat: int) -> bool:
         return workflow_key(run_id, arm.name, repeat, question.question_id, arm.name) in skip_workflow_ids
@@ -351,8 +348,8 @@ async def run_arm(
         groups = [every[start:start + max_concurrent] for start in range(0, len(every), max_concurrent)]
         recorded_of = [{(q.question_id, r) for q, r in group if is_recorded(q, r)} for group in groups]
         left = [(group, recorded) for group, recorded in zip(groups, recorded_of, strict=True) if len(recorded) < len(group)]
-        if isinstance(arm.policy, BatchingPolicy) and not arm.recursive:
-            return await _run_groups_pipelined(orchestrator, arm, left, run_id=run_id, max_concurrent=max_concurrent)
+        if isinstance(arm.policy, BatchingPolicy):
+            return await _run_generated_groups(orchestrator, arm, left, run_id=run_id, max_concurrent=max_concurrent)
         records: list[WorkflowRecord] = []
         for group, recorded in left:
             records += await arm.answer_batch(

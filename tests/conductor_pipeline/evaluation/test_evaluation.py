@@ -331,21 +331,32 @@ def test_a_batching_conductor_generates_the_next_group_while_a_group_runs(tmp_pa
 
     ids = frozenset(q.question_id for q in questions)
     workers = {"small": LoggedSolver("small", frozenset()), "big": LoggedSolver("big", ids)}
-    warehouse = Warehouse(tmp_path / "pipelined.duckdb")
+
+    def run(arm: ConductorArm) -> Warehouse:
+        events.clear()
+        warehouse = Warehouse(tmp_path / f"{arm.name}.duckdb")
+
+        async def main():
+            orch = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
+            await run_arm(orch, arm, questions, run_id="eval-pipelined", max_concurrent=4)
+            await orch.aclose()
+
+        asyncio.run(main())
+        return warehouse
+
     policy = LoggedPolicy()
-
-    async def main():
-        orch = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
-        await run_arm(orch, ConductorArm("batched", policy), questions, run_id="eval-pipelined", max_concurrent=4)
-        await orch.aclose()
-
-    asyncio.run(main())
+    warehouse = run(ConductorArm("batched", policy))
     # The second group's texts are asked for before the first group's workflows call a worker ...
     assert events.index("generate 4?") < events.index("call q000")
     # ... and the groups are the batches of a run that waits: the same texts, every workflow once.
     assert policy.batches == [["0?", "1?", "2?", "3?"], ["4?", "5?", "6?", "7?"]]
     rows = warehouse.query("SELECT question_id, workers[1] AS worker FROM workflows ORDER BY question_id")
     assert rows["question_id"].to_list() == sorted(ids) and set(rows["worker"]) == {"big"}
+    # A recursive arm's workflows call the policy themselves: it generates a group after the last ran.
+    recursive = LoggedPolicy()
+    run(ConductorArm("batched", recursive, recursive=True))
+    assert events.index("call q003") < events.index("generate 4?")
+    assert recursive.batches == policy.batches
 
 
 def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():

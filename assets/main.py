@@ -23,6 +23,7 @@ step fails as interrupted, its slots are freed, and no later job starts.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -323,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_run_settings(args.config) if args.config else RunSettings()
         defs = definitions_for(args.pool, settings)
         check_settings_ops(defs, settings)
+        # What the imports and the definitions built lives as long as the process: out of the
+        # collector's reach, a full collection no longer walks it.
+        gc.freeze()
     except RunSettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -414,5 +418,15 @@ def print_headlines(instance: dg.DagsterInstance, assets: Sequence[str] | None =
             print(f"{name}:\n{text}" if "\n" in text else f"{name}: {text}")
 
 
+def cli() -> None:
+    """`make run` and `coryphaeus-run`: `main`, then exit without the interpreter's last full
+    collection, which walks every object the run left (the libraries' modules, the models) for
+    seconds on two cores to free memory the exiting process gives back anyway. atexit handlers
+    still run."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import io
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -244,3 +246,19 @@ def test_make_run_refuses_a_misspelt_op_before_it_opens_the_artifacts_folder(
         signal.signal(signal.SIGTERM, previous)
     assert "recipe.yaml: ops.contested_sets is not an asset" in capsys.readouterr().err
     assert not artifacts.exists(), "nothing may be written before the settings are accepted"
+
+
+def test_the_entry_point_exits_with_mains_status_and_leaves_the_last_collection_out(tmp_path: Path) -> None:
+    """`python -m assets.main` exits with `main`'s status, its objects frozen before the interpreter
+    shuts down (so its final collection skips them), and its atexit handlers still run."""
+    probe = (
+        "import atexit, gc, runpy, sys\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+        f"sys.argv = ['assets.main', '--config', {str(tmp_path / 'missing.yaml')!r}]\n"
+        "runpy.run_module('assets.main', run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "cannot read run settings" in done.stderr
+    assert "frozen at exit: True" in done.stdout

@@ -50,8 +50,9 @@ BUSY_POLL_S = 0.5
 BUSY_LOG_EVERY_S = 15.0
 # A replica is refreshed after a write batch unless it is younger than this (a step's last batch
 # is copied when the step ends: `refresh_replica`). Each refresh folds the write-ahead log into the
-# file first, which is most of what a write costs (`WAL_FOLD_BYTES`).
-DEFAULT_REPLICA_INTERVAL_S = 10.0
+# file first, which is most of what a write costs (`WAL_FOLD_BYTES`): half a second on a 120 MB
+# warehouse, so a live view half a minute old is what a run can afford on two cores.
+DEFAULT_REPLICA_INTERVAL_S = 30.0
 # Closing a connection leaves its writes in the write-ahead log until the log holds this much.
 # Folding it in (DuckDB's checkpoint) rewrites every row group the writes touched: about 0.2 s for
 # an eval batch on a 120 MB warehouse, against 0.07 s for the rest of the write; each open replays

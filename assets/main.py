@@ -324,9 +324,6 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_run_settings(args.config) if args.config else RunSettings()
         defs = definitions_for(args.pool, settings)
         check_settings_ops(defs, settings)
-        # What the imports and the definitions built lives as long as the process: out of the
-        # collector's reach, a full collection no longer walks it.
-        gc.freeze()
     except RunSettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -419,10 +416,12 @@ def print_headlines(instance: dg.DagsterInstance, assets: Sequence[str] | None =
 
 
 def cli() -> None:
-    """`make run` and `coryphaeus-run`: `main`, then exit without the interpreter's last full
-    collection, which walks every object the run left (the libraries' modules, the models) for
-    seconds on two cores to free memory the exiting process gives back anyway. atexit handlers
-    still run."""
+    """`make run` and `coryphaeus-run`: `main` in a process of its own, out of the garbage
+    collector's way. The modules imported before it live as long as the process, so full
+    collections need not walk them; and the interpreter's last full collection, which walks every
+    object the run left (the libraries, the models) for seconds on two cores to free memory the
+    exiting process gives back anyway, is skipped. atexit handlers still run."""
+    gc.freeze()
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -248,17 +248,23 @@ def test_make_run_refuses_a_misspelt_op_before_it_opens_the_artifacts_folder(
     assert not artifacts.exists(), "nothing may be written before the settings are accepted"
 
 
-def test_the_entry_point_exits_with_mains_status_and_leaves_the_last_collection_out(tmp_path: Path) -> None:
-    """`python -m assets.main` exits with `main`'s status, its objects frozen before the interpreter
-    shuts down (so its final collection skips them), and its atexit handlers still run."""
+def test_the_entry_point_exits_with_mains_status_and_leaves_the_last_collection_out() -> None:
+    """`cli` exits with `main`'s status; the modules imported before `main` and everything `main`
+    left are frozen by the time atexit handlers run, so the interpreter's last collection skips them."""
     probe = (
-        "import atexit, gc, runpy, sys\n"
-        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
-        f"sys.argv = ['assets.main', '--config', {str(tmp_path / 'missing.yaml')!r}]\n"
-        "runpy.run_module('assets.main', run_name='__main__')\n"
+        "import atexit, gc, sys\n"
+        "import assets.main\n"
+        "seen = {}\n"
+        "def fake_main():\n"
+        "    seen['imports_frozen'] = gc.get_freeze_count()\n"
+        "    seen['left'] = [[] for _ in range(10_000)]\n"
+        "    return 3\n"
+        "assets.main.main = fake_main\n"
+        "atexit.register(lambda: print('frozen:', seen['imports_frozen'] > 0,\n"
+        "                              gc.get_freeze_count() >= seen['imports_frozen'] + 9_000))\n"
+        "assets.main.cli()\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stderr
-    assert "cannot read run settings" in done.stderr
-    assert "frozen at exit: True" in done.stdout
+    assert done.returncode == 3, done.stderr
+    assert "frozen: True True" in done.stdout

@@ -22,7 +22,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # Runs land in the project's own Dagster instance, so `make ui` shows them afterwards.
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
-.PHONY: setup run run-all results train-paper tensorboard test test-slow ui bench bench-default-run lock clean
+.PHONY: setup run run-all results seeds train-paper tensorboard test test-slow ui bench bench-default-run lock clean
 
 $(UV):
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -59,6 +59,14 @@ POOL ?= replay-mixed6
 CONFIG ?=
 train-paper: setup
 	CORYPHAEUS_TRAINER_PROFILE=cpu-paper $(PY) -m assets.main --pool $(POOL) $(if $(CONFIG),--config $(CONFIG))
+
+## A recipe over SEEDS (default 0 1 2): one `make run` per seed (`--seed N`: runs tagged seed and recipe,
+## each seed's checkpoints kept apart, a killed seed resumes), then its verdicts pooled over the seeds
+## (assets/seeds.py). PROFILE (e.g. cpu-paper), POOL and CONFIG pick the recipe, as for train-paper.
+SEEDS ?= 0 1 2
+PROFILE ?=
+seeds: setup
+	$(if $(PROFILE),CORYPHAEUS_TRAINER_PROFILE=$(PROFILE)) $(PY) -m assets.seeds --seeds $(SEEDS) --pool $(POOL) $(if $(CONFIG),--config $(CONFIG))
 
 ## Every GRPO run's curves (reward, parse failures, routing, per-worker shares), live, on http://127.0.0.1:6006.
 tensorboard: setup

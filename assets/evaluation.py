@@ -36,7 +36,7 @@ from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
-from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame
+from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
 from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
 from conductor_pipeline.evaluation.routers import choose_best_single
@@ -492,7 +492,9 @@ def eval_tables(
     )
 
     out_dir = warehouse.artifact_dir("eval_tables")
-    tables = {"arms": results.table, "running_gap": results.gap, "paired": comparisons_frame(results.comparisons)}
+    tables = {"arms": results.table, "running_gap": results.gap, "paired": comparisons_frame(results.comparisons),
+              # each arm's score per question: what pools this run with other seeds' (assets/seeds.py)
+              "question_scores": question_scores(workflows)}
     if results.recursion is not None:
         tables["recursion"] = results.recursion
     for name, frame in (("conductor_pairs", results.conductor_pairs), ("positions", results.positions),

@@ -317,11 +317,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS,
                         help="torch's intra-op threads; the same count on two runs gives the same figures")
     parser.add_argument("--config", help="YAML of resource settings and asset config (assets/run_settings.py)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="The trainer's seed (warm start, GRPO, pool draws); each seed keeps its own checkpoints "
+                        "and its runs are tagged `seed` (default: the settings file's, else 0)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     make_reproducible(torch_threads=args.torch_threads)
     try:
         settings = load_run_settings(args.config) if args.config else RunSettings()
+        if args.seed is not None:
+            settings = settings.with_resource("trainer", seed=args.seed)
         defs = definitions_for(args.pool, settings)
         check_settings_ops(defs, settings)
     except RunSettingsError as exc:
@@ -360,8 +365,10 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
     if missing is not None and not force:
         print(f"no warehouse at {missing}: recomputing everything")
         force = True
-    # pool, commit, profile: two runs of `make run` stay apart in the UI
-    report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=run_tags(args.pool),
+    # pool, commit, profile, recipe and seed: two runs of `make run` stay apart in the UI
+    trainer = defs.resources["trainer"]
+    tags = {**run_tags(args.pool), "recipe": settings.recipe(trainer.profile), "seed": str(trainer.seed)}
+    report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=tags,
                            run_config=settings_run_config(settings))
     if report.interrupted:
         return report

@@ -4,9 +4,11 @@
     .venv/bin/python -m assets.results --check    # exit 1 when the README block is not the record's
 
 It reads the latest materializations in $DAGSTER_HOME (the gate, the warm start, training and the
-eval tables the eval run wrote beside the warehouse), records the figures with the commit, the CPU
-(`cpu_signature`: another CPU's float kernels can train another conductor) and the eval run id
-in `docs/results/default-run.json`, and renders the block between the README's
+eval tables the eval run wrote beside the warehouse) of the default run (seed 0 of the default
+recipe), and every seed run of that recipe (`make seeds`), records the figures with the commit, the
+CPU (`cpu_signature`: another CPU's float kernels can train another conductor) and the eval run id
+in `docs/results/default-run.json` (its `seeds`: one entry per seed run; `pooled`: the trained
+arm's verdicts pooled over them), and renders the block between the README's
 `<!-- results:begin -->` and `<!-- results:end -->` markers from that record. A test renders the
 record again and compares it with the README, so the README's figures are the recorded run's; the
 slow test `tests/assets/test_results.py::test_a_fresh_default_run_reproduces_the_record` runs the
@@ -25,13 +27,27 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import latest_metadata
+from conductor_pipeline.evaluation.seeds import (
+    POOLED_TEST,
+    SeedScores,
+    accuracy_spread,
+    pooled_comparisons,
+    pooled_frame,
+    pooled_markdown,
+    pooled_pairs,
+)
 from conductor_pipeline.paths import PROJECT_ROOT
+from resources.pool import default_pool_name
 
 RECORD_PATH = PROJECT_ROOT / "docs" / "results" / "default-run.json"
 README_PATH = PROJECT_ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # The arms the block shows, in reading order (conductor arms are added after them).
 SHOWN_ARMS = ("best_single", "random", "vote:top5", "oracle")
+# The run tags that name a seed run of a recipe (assets/main.py sets them on every run).
+SEED_TAG, RECIPE_TAG = "seed", "recipe"
+# The recipe the README records: the trainer's default profile without a settings file.
+DEFAULT_RECIPE = "cpu"
 
 
 def _value(metadata: Mapping | None, key: str) -> object:
@@ -39,21 +55,29 @@ def _value(metadata: Mapping | None, key: str) -> object:
     return None if entry is None else entry.value
 
 
-def eval_tables_event(instance: dg.DagsterInstance, pool: str | None = None) -> dg.EventLogEntry:
+def eval_tables_event(
+    instance: dg.DagsterInstance, pool: str | None = None, tags: Mapping[str, str] | None = None
+) -> dg.EventLogEntry:
     """The latest `eval_tables` materialization, or with `pool` the latest of a run tagged with that
-    pool: an instance that also evaluated a checkpoint on other pool files holds those evals too."""
+    pool (and with `tags`, one whose run carries them too): an instance that also evaluated a
+    checkpoint on other pool files, or other seeds, holds those evals too."""
+    wanted = {**({"pool": pool} if pool is not None else {}), **(tags or {})}
     for record in instance.fetch_materializations(dg.AssetKey("eval_tables"), limit=1000, ascending=False).records:
         run = instance.get_run_by_id(record.run_id)
-        if pool is None or (run is not None and run.tags.get("pool") == pool):
+        run_tags = run.tags if run is not None else {}
+        if all(run_tags.get(key) == value for key, value in wanted.items()):
             return record.event_log_entry
     where = "" if pool is None else f" of a run on pool {pool!r}"
+    where += "".join(f", {key} {value!r}" for key, value in (tags or {}).items())
     raise SystemExit(f"no eval_tables materialization{where} in $DAGSTER_HOME: run `make run` first")
 
 
-def record_from_instance(instance: dg.DagsterInstance, pool: str | None = None) -> dict[str, object]:
-    """The figures of the latest default run (with `pool`, of the latest eval on that pool): the gate,
-    the warm start, training and the eval tables."""
-    return record_from_event(instance, eval_tables_event(instance, pool))
+def record_from_instance(
+    instance: dg.DagsterInstance, pool: str | None = None, tags: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """The figures of the latest default run (with `pool`, of the latest eval on that pool; with
+    `tags`, of a run that carries them): the gate, the warm start, training and the eval tables."""
+    return record_from_event(instance, eval_tables_event(instance, pool, tags))
 
 
 def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> dict[str, object]:
@@ -90,6 +114,77 @@ def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> 
     }
 
 
+def seed_eval_events(instance: dg.DagsterInstance, pool: str, recipe: str) -> dict[int, dg.EventLogEntry]:
+    """The latest `eval_tables` materialization of each seed of `recipe` on `pool`, by seed."""
+    events: dict[int, dg.EventLogEntry] = {}
+    for record in instance.fetch_materializations(dg.AssetKey("eval_tables"), limit=10_000, ascending=False).records:
+        run = instance.get_run_by_id(record.run_id)
+        tags = run.tags if run is not None else {}
+        if tags.get("pool") != pool or tags.get(RECIPE_TAG) != recipe or SEED_TAG not in tags:
+            continue
+        events.setdefault(int(tags[SEED_TAG]), record.event_log_entry)
+    return dict(sorted(events.items()))
+
+
+def question_scores_of(event: dg.EventLogEntry) -> pl.DataFrame:
+    """(arm, question_id, score) of the eval run whose tables `event` wrote."""
+    metadata = event.asset_materialization.metadata
+    run_id, folder = metadata["run_id"].value, Path(str(metadata["tables_dir"].value))
+    path = folder / f"{run_id}_question_scores.parquet"
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: the eval of run {run_id} predates per-question scores; rerun its seed")
+    return pl.read_parquet(path)
+
+
+def seeds_summary(instance: dg.DagsterInstance, pool: str, recipe: str) -> dict[str, object]:
+    """Every seed run of `recipe` on `pool` (seed, CPU, commit, arms) and the trained arms' verdicts
+    pooled over them, with each arm's accuracy spread over the seeds and the pooled table as markdown."""
+    events = seed_eval_events(instance, pool, recipe)
+    if not events:
+        raise SystemExit(f"no evaluation of a seed run of recipe {recipe!r} on pool {pool!r} in $DAGSTER_HOME")
+    records = {seed: record_from_event(instance, event) for seed, event in events.items()}
+    runs = [SeedScores(seed, question_scores_of(event)) for seed, event in events.items()]
+    trained = sorted({arm for record in records.values() for arm in trained_arms(list(record["arms"]))})
+    pairs = pooled_pairs(
+        [[(p["arm"], p["reference"]) for p in record["conductor_pairs"]] for record in records.values()], trained
+    )
+    comparisons = pooled_comparisons(runs, pairs)
+    arms = sorted({arm for record in records.values() for arm in record["arms"]})
+    return {
+        "pool": pool,
+        "recipe": recipe,
+        "seeds": [
+            {"seed": seed, "cpu": record["cpu"], "commit": record["commit"], "eval_run_id": record["eval_run_id"],
+             "training_run_id": record["training"]["run_id"], "arms": record["arms"]}
+            for seed, record in records.items()
+        ],
+        "spread": {
+            arm: accuracy_spread({s: r["arms"][arm]["accuracy"] for s, r in records.items() if arm in r["arms"]})
+            for arm in arms
+        },
+        "pooled": pooled_frame(comparisons).to_dicts(),
+        "pooled_markdown": pooled_markdown(comparisons),
+        "missing_trained": [
+            {"seed": seed, "arms": [arm for arm in trained if arm not in record["arms"]]}
+            for seed, record in records.items() if any(arm not in record["arms"] for arm in trained)
+        ],
+    }
+
+
+def summary_text(summary: Mapping[str, object]) -> str:
+    """The console's summary: each seed's trained accuracy and CPU, the spread, and the pooled verdicts."""
+    lines = [f"## {summary['recipe']} on {summary['pool']}: {len(summary['seeds'])} seeds", ""]
+    for run in summary["seeds"]:
+        trained = trained_arms(list(run["arms"]))
+        figures = ", ".join(f"{arm} {run['arms'][arm]['accuracy']:.3f}" for arm in trained) or "no trained arm"
+        lines.append(f"- seed {run['seed']} on {run['cpu']} at {run['commit']}: {figures}")
+    for missing in summary["missing_trained"]:
+        lines.append(f"- seed {missing['seed']} has no evaluation of {', '.join(missing['arms'])} (its gate closed "
+                     "or its training failed)")
+    lines += ["", str(summary["pooled_markdown"])]
+    return "\n".join(lines)
+
+
 def three_places(value: object) -> str:
     """A rate or p-value as the tables print it: three decimals, or n/a."""
     return "n/a" if value is None else f"{float(value):.3f}"
@@ -111,39 +206,72 @@ def on_cpu(record: Mapping) -> str:
     return f" on {cpu}" if cpu and cpu != "unknown" else ""
 
 
+def _accuracy_cell(spread: Mapping | None, value: float) -> str:
+    """An arm's accuracy over the seeds: `0.464 [0.451, 0.482]` (mean, min, max), or one figure when
+    every seed scored the same (the workers, the votes and the routers do not depend on the seed)."""
+    if spread is None or spread["min"] == spread["max"]:
+        return three_places(value if spread is None else spread["mean"])
+    return f"{three_places(spread['mean'])} [{three_places(spread['min'])}, {three_places(spread['max'])}]"
+
+
+def _machines(seeds: Sequence[Mapping]) -> str:
+    """`seeds 0, 1, 2 on AMD EPYC (avx512)`, one clause per CPU."""
+    by_cpu: dict[str, list[str]] = {}
+    for run in seeds:
+        by_cpu.setdefault(str(run["cpu"]), []).append(str(run["seed"]))
+    return "; ".join(f"seed{'s' if len(ids) > 1 else ''} {', '.join(ids)} on {cpu}" for cpu, ids in by_cpu.items())
+
+
 def render_block(record: Mapping) -> str:
-    """The README block: one table of the run, tied to its commit and eval run id."""
+    """The README block: the default recipe's arms over its seeds, the trained conductor's verdicts
+    pooled over them (and each seed's), tied to the commit, the CPUs and the seed-0 eval run."""
     gate, warm, training = record["gate"], record["warm_start"], record["training"]
-    arms = record["arms"]
+    arms, seeds, spread = record["arms"], record["seeds"], record["spread"]
     conductors = sorted(arm for arm in arms if arm.startswith("conductor:"))
-    lines = [
-        f"From `make run` at commit `{record['commit']}`{on_cpu(record)} (eval run `{record['eval_run_id']}`, "
-        f"{record['questions']} MATH level-5 eval questions); `make results` wrote this block from that run.",
-        "",
-        "| arm | accuracy | parsed | against it, the trained conductor (pts, paired 95% CI) |",
-        "|---|---:|---:|---|",
-    ]
     trained = next(iter(trained_arms(conductors)), None)
+    n_seeds = len(seeds)
+    lines = [
+        f"From `make seeds` ({n_seeds} seed{'s' if n_seeds > 1 else ''} of the default recipe; {_machines(seeds)}) at "
+        f"commit `{record['commit']}`, {record['questions']} MATH level-5 eval questions (seed 0's eval run "
+        f"`{record['eval_run_id']}`); `make results` wrote this block from those runs.",
+        "",
+        "| arm | accuracy (mean [min, max] over seeds) | parsed | the trained conductor against it (pts, 95% CI) "
+        "| p (Holm) | verdict | verdicts per seed |",
+        "|---|---:|---:|---|---:|---|---|",
+    ]
     for arm in [*SHOWN_ARMS, *conductors]:
         if arm not in arms:
             continue
-        pair = next((p for p in record["conductor_pairs"] if p["arm"] == trained and p["reference"] == arm), None)
-        versus = f"{paired_points(pair)}, {pair['verdict']}" if pair else ""
-        lines.append(f"| `{arm}` | {three_places(arms[arm]['accuracy'])} | {three_places(arms[arm]['parsed'])} | {versus} |")
+        pair = next((p for p in record["pooled"] if p["arm"] == trained and p["reference"] == arm), None)
+        versus = (
+            f"{paired_points(pair)} | {_p_value(pair['p_holm'])} | {pair['verdict']} | "
+            f"{', '.join(pair['per_seed_verdict'])}" if pair else " | | | "
+        )
+        lines.append(f"| `{arm}` | {_accuracy_cell(spread.get(arm), arms[arm]['accuracy'])} | "
+                     f"{three_places(arms[arm]['parsed'])} | {versus} |")
+    twins = [p for p in record["pooled"] if "@" in p["arm"]]
     lines += [
         "",
-        f"Gate: {three_places(gate['flat_groups'])} of {gate['groups']} probe groups (group size {gate['group_size']}) had "
-        f"equal rewards, {three_places(gate['same_correctness'])} one correctness. Warm start: parse rate "
-        f"{three_places(warm['parse_rate_before'])} -> {three_places(warm['parse_rate_after'])}, its picks against uniform over the "
-        f"catalogue positions chi-square p = {three_places(warm['position_balance_p'])}. Training: `{training['run_id']}`, "
-        f"{training['steps']} steps of groups of {training['group_size']}.",
+        f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons), at 95%; it pools {n_seeds} "
+        f"seed{'s' if n_seeds > 1 else ''} and the questions every seed evaluated. Per seed: a paired bootstrap over questions.",
+        *(f"With the catalogue shuffled per question, `{p['arm']}` against `{p['reference']}`: {paired_points(p)}, "
+          f"{p['verdict']}." for p in twins),
+        f"Seed 0: gate {three_places(gate['flat_groups'])} of {gate['groups']} probe groups (group size "
+        f"{gate['group_size']}) had equal rewards, {three_places(gate['same_correctness'])} one correctness. Warm start: "
+        f"parse rate {three_places(warm['parse_rate_before'])} -> {three_places(warm['parse_rate_after'])}, its picks against "
+        f"uniform over the catalogue positions chi-square p = {three_places(warm['position_balance_p'])}. Training: "
+        f"`{training['run_id']}`, {training['steps']} steps of groups of {training['group_size']}.",
     ]
     for row in record["order_agreement"]:
         lines.append(
-            f"Order invariance of `{row['arm']}`: with the catalogue shuffled per question it sent "
+            f"Order invariance of `{row['arm']}` (seed 0): with the catalogue shuffled per question it sent "
             f"{three_places(row['same_final_worker'])} of the {row['both_parsed']} questions both parsed to the same final worker."
         )
     return "\n".join(lines)
+
+
+def _p_value(value: float) -> str:
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def replace_block(readme: str, block: str) -> str:
@@ -168,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"README.md's results block is not {RECORD_PATH.relative_to(PROJECT_ROOT)}'s: run `make results`")
             return 1
         return 0
-    record = record_from_instance(dg.DagsterInstance.get())
+    pool = default_pool_name()
+    instance = dg.DagsterInstance.get()
+    record = record_from_instance(instance, pool, {RECIPE_TAG: DEFAULT_RECIPE, SEED_TAG: "0"})
+    summary = seeds_summary(instance, pool, DEFAULT_RECIPE)
+    record.update({key: summary[key] for key in ("recipe", "seeds", "spread", "pooled")})
     RECORD_PATH.parent.mkdir(parents=True, exist_ok=True)
     RECORD_PATH.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     README_PATH.write_text(replace_block(README_PATH.read_text(), render_block(record)))

@@ -16,7 +16,7 @@ that is not the default (a cheaper test configuration, a long training run) plug
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,15 @@ class RunSettings:
 
     def resource(self, key: str) -> dict[str, Any]:
         return dict(self.resources.get(key, {}))
+
+    def with_resource(self, key: str, **fields: Any) -> RunSettings:
+        """These settings with `fields` of resource `key` set (e.g. the trainer's seed of one seed run)."""
+        return replace(self, resources={**self.resources, key: {**self.resource(key), **fields}})
+
+    def recipe(self, profile: str) -> str:
+        """What a run trains, by name: the trainer profile, and the settings file's name when there is
+        one (`cpu`, `cpu-paper+replay-mixed6-vote-fan-outs`). Seed runs of one recipe share it."""
+        return profile if self.source == "defaults" else f"{profile}+{Path(self.source).stem}"
 
     def run_config(self, ops: list[str]) -> dict[str, Any]:
         """The `ops` part of the run config of a run that materializes `ops`."""

@@ -180,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     make_reproducible(torch_threads=args.torch_threads)
     source = args.source or artifacts_root()
-    warm_start = source / "training" / POOL / "warm_start"
+    warm_start = source / "training" / POOL / "seed-0" / "warm_start"
     if not (source / "warehouse.duckdb").is_file() or not warm_start.is_dir():
-        parser.error(f"no finished default run under {source} (warehouse, training/{POOL}/warm_start): run `make run`")
+        parser.error(f"no finished default run under {source} (warehouse, {warm_start.relative_to(source)}): run `make run`")
     shape = GRPOSettings.cpu_profile(num_generations=args.group, questions_per_step=args.questions)
     settings = {
         "today": replace(shape, share_prompt_prefix=False, per_device_train_batch_size=8),

@@ -334,7 +334,9 @@ class TrainerResource(_TrainerOverrides):
     # ------------------------------------------------------------------ paths
 
     def pool_dir(self, pool_name: str) -> Path:
-        return Path(self.output_root) / pool_name
+        """This seed's folder of the pool: each seed of a recipe keeps its own warm start, probe, gate
+        and checkpoints, so seed runs resume, and alternating seeds retrains nothing."""
+        return Path(self.output_root) / pool_name / f"seed-{self.seed}"
 
     def warm_start_dir(self, pool_name: str) -> Path:
         return self.pool_dir(pool_name) / "warm_start"
@@ -358,7 +360,7 @@ class TrainerResource(_TrainerOverrides):
         model = self.grpo_settings().policy_model
         if model == TINY_POLICY:
             return build_tiny_causal_lm(
-                self.models_dir() / "tiny-conductor",
+                self.models_dir() / f"tiny-conductor-seed-{self.seed}",
                 hidden_size=CPU_POLICY_HIDDEN_SIZE,
                 num_layers=CPU_POLICY_LAYERS,
                 seed=self.seed,

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conductor_pipeline.paths import ARTIFACTS_ENV
+from conductor_pipeline.reproducibility import hold_vector_kernels
+
+# The kernels every entry point computes with (assets/__init__.py), set before a test imports torch.
+hold_vector_kernels()
+
+from conductor_pipeline.paths import ARTIFACTS_ENV  # noqa: E402
 from tests.shared_data import require_shared_data
 
 RUN_SLOW_ENV = "RUN_SLOW"

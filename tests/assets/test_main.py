@@ -29,7 +29,7 @@ from assets.main import (
 )
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
-from assets.run_settings import RunSettingsError, load_run_settings
+from assets.run_settings import RunSettings, RunSettingsError, load_run_settings
 from assets.versions import with_code_versions
 from conductor_pipeline.paths import DATA_DIR
 from conductor_pipeline.training.gates import evaluate_zero_variance, write_verdict
@@ -268,3 +268,15 @@ def test_the_entry_point_exits_with_mains_status_and_leaves_the_last_collection_
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 3, done.stderr
     assert "frozen: True True" in done.stdout
+
+
+def test_a_seed_is_a_trainer_setting_and_a_recipe_is_the_profile_and_the_settings_files_name(tmp_path: Path) -> None:
+    settings_file = tmp_path / "fan-outs.yaml"
+    settings_file.write_text(yaml.safe_dump({"resources": {"trainer": {"max_steps": 7}}}))
+    settings = load_run_settings(settings_file)
+    reseeded = settings.with_resource("trainer", seed=3)
+    assert reseeded.resource("trainer") == {"max_steps": 7, "seed": 3} and settings.resource("trainer") == {"max_steps": 7}
+    assert reseeded.recipe("cpu-paper") == "cpu-paper+fan-outs"
+    assert RunSettings().recipe("cpu") == "cpu"
+    defs = build_definitions(POOL, reseeded)
+    assert defs.resources["trainer"].seed == 3

@@ -9,8 +9,11 @@ figure fails it until `make run && make results` records the new run.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
+import numpy as np
+import polars as pl
 import pytest
 
 from assets.results import (
@@ -23,13 +26,16 @@ from assets.results import (
     record_from_instance,
     render_block,
     replace_block,
+    seeds_summary,
+    summary_text,
 )
 from conductor_pipeline.reproducibility import cpu_signature
 from tests.reliability.main_runs import DEFAULT_RUN, RunFolder, run_to_end
 
 # Figures of the record a fresh run must reproduce: all but the commit and the CPU it was made on
-# (the test runs only on the record's CPU).
-NOT_REPRODUCED = ("commit", "cpu")
+# (the test runs only on the record's CPU), and what `make seeds` adds (the other seeds' runs).
+NOT_REPRODUCED = ("commit", "cpu", "recipe", "seeds", "spread", "pooled")
+TRAINED = "conductor:hf:checkpoint-120"
 # Significant digits a reproduced float must match: two fresh runs of the same commit agree on every
 # figure but the last bits of the warm start's chi-square p-value (0.5450404161506501 and ...504).
 REPRODUCED_DIGITS = 12
@@ -63,6 +69,68 @@ def test_the_eval_of_a_pool_is_found_past_later_evals_on_other_pool_files() -> N
         assert eval_tables_event(instance).asset_materialization.metadata["run_id"].value == "heldout-b.yaml"
         with pytest.raises(SystemExit, match="replay-mixed6'"):
             eval_tables_event(instance, "replay-mixed6")
+
+
+def write_seed_tables(folder: Path, run_id: str, trained_gain: int, seed: int) -> dict[str, object]:
+    """The eval tables `record_from_event` and `seeds_summary` read, for a run whose trained arm
+    solves `trained_gain` more of 200 questions than the best single worker; its metadata."""
+    rng = np.random.default_rng(seed)
+    reference = (rng.random(200) < 0.5).astype(float)
+    trained = reference.copy()
+    trained[np.flatnonzero(reference == 0)[:trained_gain]] = 1.0
+    scores = {"best_single": reference, TRAINED: trained, "random": (rng.random(200) < 0.3).astype(float)}
+    pl.DataFrame([{"arm": arm, "question_id": f"q{i}", "score": float(v)} for arm, values in scores.items()
+                  for i, v in enumerate(values)]).write_parquet(folder / f"{run_id}_question_scores.parquet")
+    pl.DataFrame({"arm": list(scores), "accuracy": [float(v.mean()) for v in scores.values()],
+                  "parse_ok_share": [1.0] * 3}).write_parquet(folder / f"{run_id}_arms.parquet")
+    pl.DataFrame({"arm": [TRAINED] * 2, "reference": ["best_single", "random"], "difference": [0.0, 0.0],
+                  "difference_low": [0.0, 0.0], "difference_high": [0.0, 0.0], "verdict": ["ties", "ties"]}
+                 ).write_parquet(folder / f"{run_id}_conductor_pairs.parquet")
+    pl.DataFrame({"arm": [TRAINED], "same_final_worker": [1.0], "both_parsed": [200]}).write_parquet(
+        folder / f"{run_id}_order_agreement.parquet")
+    return {"run_id": run_id, "tables_dir": str(folder), "n_scored": 200}
+
+
+def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_path: Path) -> None:
+    @dg.asset(name="eval_tables")
+    def eval_tables(context) -> dg.MaterializeResult:  # unannotated: Dagster refuses the string annotation here
+        tags = context.run.tags
+        return dg.MaterializeResult(metadata=write_seed_tables(
+            tmp_path, tags["run_key"], int(tags["gain"]), int(tags["seed"])))
+
+    runs = [  # (recipe, seed, gain): the second seed-0 run is the latest, another recipe's runs stay out
+        ("cpu", "0", 5), ("cpu", "1", 30), ("cpu", "2", 24), ("cpu", "0", 20), ("cpu+other", "1", 0),
+    ]
+    with dg.instance_for_test() as instance:
+        for i, (recipe, seed, gain) in enumerate(runs):
+            tags = {"pool": "replay-mixed6", "recipe": recipe, "seed": seed, "gain": str(gain), "run_key": f"eval-{i}",
+                    "cpu": "Some CPU (avx2)", "git_commit": "abc"}
+            assert dg.materialize([eval_tables], instance=instance, tags=tags).success
+        summary = seeds_summary(instance, "replay-mixed6", "cpu")
+        assert record_from_instance(instance, "replay-mixed6", {"recipe": "cpu", "seed": "0"})["eval_run_id"] == "eval-3"
+    assert [(run["seed"], run["eval_run_id"], run["cpu"]) for run in summary["seeds"]] == [
+        (0, "eval-3", "Some CPU (avx2)"), (1, "eval-1", "Some CPU (avx2)"), (2, "eval-2", "Some CPU (avx2)")]
+    assert summary["spread"][TRAINED]["min"] < summary["spread"][TRAINED]["max"]
+    assert summary["spread"]["best_single"]["min"] < summary["spread"]["best_single"]["max"]  # seeded per run here
+    pooled = {(row["arm"], row["reference"]): row for row in summary["pooled"]}
+    assert set(pooled) == {(TRAINED, "best_single"), (TRAINED, "random")}
+    versus_best = pooled[(TRAINED, "best_single")]
+    assert versus_best["seeds"] == [0, 1, 2] and versus_best["difference"] == pytest.approx((20 + 30 + 24) / 600)
+    assert versus_best["verdict"] == "beats" and versus_best["per_seed_verdict"] == ["beats"] * 3
+    assert versus_best["p_holm"] >= versus_best["p_value"]
+    assert "seed 1 on Some CPU (avx2) at abc" in summary_text(summary)
+    json.dumps(summary)  # what `make seeds` writes
+
+
+def test_the_recorded_seeds_keep_their_contract() -> None:
+    """Reviewers read `seeds` from the record: one object per seed run with its seed, CPU and arms."""
+    record = json.loads(RECORD_PATH.read_text())
+    assert len(record["seeds"]) >= 3
+    for run in record["seeds"]:
+        assert isinstance(run["seed"], int) and isinstance(run["cpu"], str) and run["cpu"]
+        assert all(set(figures) >= {"accuracy", "parsed"} for figures in run["arms"].values())
+    assert len({run["seed"] for run in record["seeds"]}) == len(record["seeds"])
+    assert all(row["seeds"] == sorted(row["seeds"]) for row in record["pooled"])
 
 
 def test_the_readme_block_is_the_recorded_runs() -> None:

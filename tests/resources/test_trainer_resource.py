@@ -4,6 +4,7 @@ text per knob, so the Dagster UI and the library can never drift apart."""
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from resources.trainer import GRPO_OVERRIDES, SFTOverrides, TrainerResource
 
 # Library field names the resource owns itself: a profile-dependent default, or one seed for everything.
 RESOURCE_OWNED = {"policy_model", "seed"}
+POOL = "replay-mixed6"
 
 
 def test_every_override_has_the_library_name_and_help_text():
@@ -165,3 +167,16 @@ def test_fan_outs_only_is_recorded_in_the_trained_prompt_changes_the_eval_id_and
     assert old.fingerprint() == old.model_copy(update={"fan_outs_only": False}).fingerprint()
     with pytest.raises(ValueError, match="constrained_decoding: true"):
         TrainerResource(profile="cpu-paper", fan_outs_only=True).grpo_settings()
+
+
+def test_each_seed_keeps_its_own_folders_so_seed_runs_resume_without_retraining_each_other(tmp_path):
+    seeds = [TrainerResource(output_root=str(tmp_path), seed=seed) for seed in (0, 1)]
+    folders = [
+        (t.warm_start_dir(POOL), t.probe_dir(POOL), t.gate_path(POOL), t.checkpoint_dir(POOL)) for t in seeds
+    ]
+    for first, second in zip(*folders):
+        assert first != second
+    assert all(path.is_relative_to(tmp_path / POOL / "seed-1") for path in folders[1])
+    assert seeds[1].grpo_settings().seed == seeds[1].sft_settings().seed == 1
+    # The folder names the arms: a seed's warm start is evaluated under the same arm name as any other's.
+    assert folders[0][0].name == folders[1][0].name == "warm_start"

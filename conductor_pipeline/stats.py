@@ -13,8 +13,9 @@ compares arms (evaluation, the world model's routing, a pool search) uses `compa
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -25,6 +26,7 @@ DEFAULT_CONFIDENCE = 0.95
 # by well under a point of accuracy between seeds on a few hundred questions.
 DEFAULT_BOOTSTRAP_RESAMPLES = 2000
 Verdict = Literal["beats", "ties", "loses"]
+K = TypeVar("K")
 
 
 def _counts(successes: ArrayLike, trials: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -85,19 +87,55 @@ class PairedComparison:
     reference_only: int
     mcnemar_p: float
     headroom_recovered: Estimate | None = None
+    # The bootstrap's two-sided p-value of no difference (from the interval's draws), and the same
+    # after Holm's correction over the table it is one comparison of (`holm_family`); None: alone.
+    p_value: float = 1.0
+    p_holm: float | None = None
+    confidence: float = DEFAULT_CONFIDENCE
+
+    @property
+    def p_decisive(self) -> float:
+        """The p-value the verdict reads: Holm-adjusted when the comparison is one of a family."""
+        return self.p_value if self.p_holm is None else self.p_holm
 
     @property
     def verdict(self) -> Verdict:
-        """beats / loses when the difference's interval lies wholly above / below 0, else ties."""
-        return verdict_of(self.difference)
+        """beats / loses when the bootstrap's (Holm-adjusted) p-value is under 1 - confidence and the
+        difference is above / below 0, else ties. Alone, that is the difference's interval lying wholly
+        above / below 0; McNemar's p is descriptive (it reads only the discordant questions)."""
+        return verdict_of(self.difference.value, self.p_decisive, 1 - self.confidence)
 
 
-def verdict_of(difference: Estimate) -> Verdict:
-    if difference.low > 0:
-        return "beats"
-    if difference.high < 0:
-        return "loses"
-    return "ties"
+def verdict_of(difference: float, p_value: float, alpha: float = 1 - DEFAULT_CONFIDENCE) -> Verdict:
+    if p_value >= alpha or difference == 0:
+        return "ties"
+    return "beats" if difference > 0 else "loses"
+
+
+def bootstrap_p_value(draws: np.ndarray) -> float:
+    """Two-sided p-value of a zero difference from its bootstrap draws: twice the smaller tail at 0,
+    so that it is under 1 - c exactly when the equal-tailed c interval leaves 0 out."""
+    finite = draws[np.isfinite(draws)]
+    if finite.size == 0:
+        return 1.0
+    return float(min(1.0, 2 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
+
+
+def holm_adjusted(p_values: Sequence[float], alpha: float = 1 - DEFAULT_CONFIDENCE) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (statsmodels' `multipletests`)."""
+    if not p_values:
+        return []
+    from statsmodels.stats.multitest import multipletests  # imported here: statsmodels takes seconds to load
+
+    return [float(p) for p in multipletests(list(p_values), alpha=alpha, method="holm")[1]]
+
+
+def holm_family(comparisons: Mapping[K, PairedComparison]) -> dict[K, PairedComparison]:
+    """The comparisons of one table with their p-values Holm-adjusted over all of them: a table that
+    holds many arms against shared references makes many tests, and its verdicts say so."""
+    keys = list(comparisons)
+    adjusted = holm_adjusted([comparisons[key].p_value for key in keys])
+    return {key: replace(comparisons[key], p_holm=p) for key, p in zip(keys, adjusted, strict=True)}
 
 
 def mcnemar_exact_p(arm_only: int, reference_only: int) -> float:
@@ -190,7 +228,8 @@ def compare_paired(
     if draws.shape[1] != n:
         raise ValueError(f"resamples draw {draws.shape[1]} questions, the arms share {n}")
     difference = a - r
-    low, high = percentile_interval(difference[draws].mean(axis=1), confidence)
+    resampled = difference[draws].mean(axis=1)
+    low, high = percentile_interval(resampled, confidence)
     arm_solved, reference_solved = a > 0.5, r > 0.5
     arm_only = int(np.sum(arm_solved & ~reference_solved))
     reference_only = int(np.sum(reference_solved & ~arm_solved))
@@ -203,6 +242,8 @@ def compare_paired(
         reference_only=reference_only,
         mcnemar_p=mcnemar_exact_p(arm_only, reference_only),
         headroom_recovered=_headroom_recovered(a, r, o, draws, confidence) if o is not None else None,
+        p_value=bootstrap_p_value(resampled),
+        confidence=confidence,
     )
 
 

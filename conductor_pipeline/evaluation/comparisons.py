@@ -22,6 +22,7 @@ from conductor_pipeline.stats import (
     DEFAULT_CONFIDENCE,
     PairedComparison,
     compare_paired,
+    holm_family,
     question_resamples,
 )
 
@@ -75,7 +76,8 @@ def compare_with_reference(
     settings: PairedSettings = DEFAULT_PAIRED,
 ) -> dict[str, PairedComparison]:
     """Every arm other than `reference` against it, on the questions the arm, the reference and
-    (for APGR) the oracle all reached; arms sharing no question with it are left out."""
+    (for APGR) the oracle all reached; arms sharing no question with it are left out. The verdicts are
+    Holm-adjusted over all of them: one table, many arms against one reference."""
     scores = question_scores(workflows)
     arms = sorted(set(scores["arm"].to_list()) - {reference})
     with_oracle = oracle is not None and oracle in set(scores["arm"].to_list())
@@ -90,7 +92,7 @@ def compare_with_reference(
             aligned[0], aligned[1], oracle_scores, confidence=settings.confidence,
             resamples=settings.resamples(len(questions)),
         )
-    return comparisons
+    return holm_family(comparisons)
 
 
 def comparisons_frame(comparisons: dict[str, PairedComparison]) -> pl.DataFrame:
@@ -101,6 +103,7 @@ def comparisons_frame(comparisons: dict[str, PairedComparison]) -> pl.DataFrame:
             "reference_accuracy": c.reference_accuracy,
             "difference": c.difference.value, "difference_low": c.difference.low, "difference_high": c.difference.high,
             "arm_only": c.arm_only, "reference_only": c.reference_only, "mcnemar_p": c.mcnemar_p,
+            "p_value": c.p_value, "p_holm": c.p_decisive,
             "headroom_recovered": c.headroom_recovered.value if c.headroom_recovered else None,
             "headroom_recovered_low": c.headroom_recovered.low if c.headroom_recovered else None,
             "headroom_recovered_high": c.headroom_recovered.high if c.headroom_recovered else None,

@@ -17,7 +17,7 @@ import polars as pl
 from conductor_pipeline.evaluation.arms import VoteArm
 from conductor_pipeline.evaluation.comparisons import DEFAULT_PAIRED, PairedSettings, aligned_scores, question_scores
 from conductor_pipeline.evaluation.routers import BestSingleRouter, RandomRouter
-from conductor_pipeline.stats import PairedComparison, compare_paired
+from conductor_pipeline.stats import PairedComparison, compare_paired, holm_family
 
 # The vote every conductor is also held against (the strongest broadcast baseline on the default pool).
 VOTE_BASELINE = f"{VoteArm.PREFIX}top5"
@@ -43,8 +43,8 @@ def conductor_references(
 def compare_pairs(
     workflows: pl.DataFrame, pairs: Sequence[tuple[str, str]], *, settings: PairedSettings = DEFAULT_PAIRED
 ) -> dict[tuple[str, str], PairedComparison]:
-    """(arm, reference) -> the paired comparison on the questions both reached; pairs sharing no
-    question are left out."""
+    """(arm, reference) -> the paired comparison on the questions both reached, Holm-adjusted over
+    all of `pairs` (one table); pairs sharing no question are left out."""
     scores = question_scores(workflows)
     comparisons = {}
     for arm, reference in pairs:
@@ -53,7 +53,7 @@ def compare_pairs(
             comparisons[(arm, reference)] = compare_paired(
                 arm_scores, reference_scores, confidence=settings.confidence, resamples=settings.resamples(len(questions))
             )
-    return comparisons
+    return holm_family(comparisons)
 
 
 def comparison_rows(
@@ -66,14 +66,16 @@ def comparison_rows(
                 "arm": arm, "reference": reference, "against": why.get((arm, reference), ""),
                 "n_questions": c.n_questions, "accuracy": c.arm_accuracy, "reference_accuracy": c.reference_accuracy,
                 "difference": c.difference.value, "difference_low": c.difference.low,
-                "difference_high": c.difference.high, "mcnemar_p": c.mcnemar_p, "verdict": c.verdict,
+                "difference_high": c.difference.high, "mcnemar_p": c.mcnemar_p, "p_value": c.p_value,
+                "p_holm": c.p_decisive, "verdict": c.verdict,
             }
             for (arm, reference), c in comparisons.items()
         ],
         schema={
             "arm": pl.String, "reference": pl.String, "against": pl.String, "n_questions": pl.Int64,
             "accuracy": pl.Float64, "reference_accuracy": pl.Float64, "difference": pl.Float64,
-            "difference_low": pl.Float64, "difference_high": pl.Float64, "mcnemar_p": pl.Float64, "verdict": pl.String,
+            "difference_low": pl.Float64, "difference_high": pl.Float64, "mcnemar_p": pl.Float64, "p_value": pl.Float64,
+            "p_holm": pl.Float64, "verdict": pl.String,
         },
     )
 

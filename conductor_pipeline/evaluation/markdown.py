@@ -23,6 +23,11 @@ ESTIMATED_NOTE = (
     "est. = estimated: replay records no token usage, so tokens are characters / 4 and costs are "
     "those tokens at the seat's list prices"
 )
+# The one test behind every verdict of a table (stats.PairedComparison.verdict), said once.
+VERDICT_RULE = (
+    "Verdict: beats / loses when the paired bootstrap's two-sided p-value, Holm-adjusted over the table's {n} "
+    "comparisons, is under 0.05 and the difference is above / below 0; else ties."
+)
 # How each population is drawn, for the routing summary.
 REPORT_POPULATION = "held-out questions of a cross-validation over every scored question, all corpora and splits"
 CEILING_POPULATION = "every probed question, all corpora and splits; majority of probe samples"
@@ -143,18 +148,18 @@ def paired_table_markdown(
 ) -> str:
     """Every arm against the best single worker on the questions both reached."""
     headers = ["arm", "questions", "accuracy", "best single", "difference (pts) [95% CI]", "arm right, best wrong",
-               "best right, arm wrong", "McNemar p (exact)", "oracle headroom recovered [95% CI]", "verdict"]
+               "best right, arm wrong", "p (Holm)", "oracle headroom recovered [95% CI]", "verdict"]
     rows = [
         [labels.get(arm, arm), str(c.n_questions), fmt_accuracy(c.arm_accuracy), fmt_accuracy(c.reference_accuracy),
-         fmt_estimate_points(c.difference), str(c.arm_only), str(c.reference_only), fmt_p(c.mcnemar_p),
+         fmt_estimate_points(c.difference), str(c.arm_only), str(c.reference_only), fmt_p(c.p_decisive),
          fmt_share_estimate(c.headroom_recovered), c.verdict]
         for arm in order if (c := comparisons.get(arm)) is not None
     ]
     return _github(rows, headers) + (
         "\n\nDifference: arm minus best single, percentile bootstrap over questions (a question's repeats "
-        "resampled together). McNemar: exact binomial test on the questions where exactly one of the two is "
-        "right (majority of repeats). Headroom recovered (APGR): (arm - best single) / (oracle - best single). "
-        "Verdict: beats / loses when the difference's interval lies wholly above / below 0, else ties."
+        "resampled together). Headroom recovered (APGR): (arm - best single) / (oracle - best single). "
+        f"{VERDICT_RULE.format(n=len(rows))} The exact McNemar test of the discordant counts is in the table's "
+        "parquet (`mcnemar_p`), not a verdict."
     )
 
 
@@ -179,12 +184,12 @@ def verdict_lines(
         return "no arm shares questions with the best single worker"
     first = next(iter(comparisons.values()))
     head = (f"Against {reference_label}, {fmt_accuracy(first.reference_accuracy)}, on the same questions "
-            "(95% paired bootstrap):")
+            f"(paired bootstrap, Holm-adjusted over {len(comparisons)} arms):")
 
     def full(arm: str) -> str:
         c = comparisons[arm]
         return (f"- {labels.get(arm, arm)}: **{c.verdict}** {fmt_estimate_points(c.difference)} pts, "
-                f"McNemar p {fmt_p(c.mcnemar_p)}")
+                f"p {fmt_p(c.p_decisive)}")
 
     def interval(arm: str) -> str:
         c = comparisons[arm]
@@ -226,8 +231,8 @@ def conductor_summary(
             continue
         line = (
             f"- **{arm}** {fmt_accuracy(c.arm_accuracy)} vs {reference_label} {fmt_accuracy(c.reference_accuracy)} "
-            f"on {c.n_questions} questions: **{c.verdict}**, {fmt_estimate_points(c.difference)} pts, McNemar p "
-            f"{fmt_p(c.mcnemar_p)} ({c.arm_only} questions only it solved, {c.reference_only} only best single solved)."
+            f"on {c.n_questions} questions: **{c.verdict}**, {fmt_estimate_points(c.difference)} pts, p (Holm) "
+            f"{fmt_p(c.p_decisive)} ({c.arm_only} questions only it solved, {c.reference_only} only best single solved)."
         )
         split = points.get(arm)
         if split is not None:
@@ -409,14 +414,14 @@ def conductor_comparisons_markdown(frame: pl.DataFrame, labels: Mapping[str, str
         [labels.get(r["arm"], r["arm"]), r["against"], labels.get(r["reference"], r["reference"]), str(r["n_questions"]),
          fmt_accuracy(r["accuracy"]), fmt_accuracy(r["reference_accuracy"]),
          fmt_estimate_points(Estimate(r["difference"], r["difference_low"], r["difference_high"])),
-         fmt_p(r["mcnemar_p"]), f"**{r['verdict']}**"]
+         fmt_p(r["p_holm"]), f"**{r['verdict']}**"]
         for r in frame.iter_rows(named=True)
     ]
     headers = ["conductor", "against", "reference arm", "questions", "conductor accuracy", "reference accuracy",
-               "difference (pts) [95% CI]", "McNemar p", "verdict"]
+               "difference (pts) [95% CI]", "p (Holm)", "verdict"]
     return _github(rows, headers) + (
-        "\n\nA conductor has learnt to route only if it beats its warm start and random routing here, and ties "
-        "with its own pool-order arm when the catalogue is shuffled (`@shuffled`)."
+        f"\n\n{VERDICT_RULE.format(n=len(rows))} A conductor has learnt to route only if it beats its warm start "
+        "and random routing here, and ties with its own pool-order arm when the catalogue is shuffled (`@shuffled`)."
     )
 
 

@@ -12,7 +12,8 @@ own, which averages such a seed away; and its pinned `arch<8` does not import un
 
 One test decides every verdict: the bootstrap's two-sided p-value of "no difference", adjusted with
 Holm's step-down correction over every comparison of the table (they share references), against
-`alpha`. The 95% interval is shown beside it, unadjusted; each seed's own paired verdict too.
+`alpha`. The 95% interval is shown beside it, unadjusted; each seed's own verdict too, by the same
+test on that seed's questions alone (a paired bootstrap over questions, Holm over the same pairs).
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ from conductor_pipeline.stats import (
     DEFAULT_CONFIDENCE,
     Estimate,
     Verdict,
+    bootstrap_p_value,
     compare_paired,
+    holm_adjusted,
+    holm_family,
     per_question_scores,
     percentile_interval,
     question_resample_counts,
+    verdict_of,
 )
 
 # Two-way resamples of a pooled comparison: the p-value's resolution is 2 / resamples.
@@ -90,29 +95,6 @@ def two_way_bootstrap(
     return np.einsum("rq,rq->r", weighted, question_counts) / (n_seeds * n_questions)
 
 
-def bootstrap_p_value(draws: np.ndarray) -> float:
-    """Two-sided p-value of a zero difference from its bootstrap draws: twice the smaller tail at 0."""
-    finite = draws[np.isfinite(draws)]
-    if finite.size == 0:
-        return 1.0
-    return float(min(1.0, 2 * min(np.mean(finite <= 0), np.mean(finite >= 0))))
-
-
-def holm_adjusted(p_values: Sequence[float], alpha: float = DEFAULT_ALPHA) -> list[float]:
-    """Holm's step-down adjustment of a family of p-values (statsmodels' `multipletests`)."""
-    if not p_values:
-        return []
-    from statsmodels.stats.multitest import multipletests  # imported here: statsmodels takes seconds to load
-
-    return [float(p) for p in multipletests(list(p_values), alpha=alpha, method="holm")[1]]
-
-
-def _verdict(difference: float, p_holm: float, alpha: float) -> Verdict:
-    if p_holm >= alpha or difference == 0:
-        return "ties"
-    return "beats" if difference > 0 else "loses"
-
-
 def pooled_comparisons(
     runs: Sequence[SeedScores],
     pairs: Sequence[tuple[str, str]],
@@ -146,20 +128,28 @@ def pooled_comparisons(
     draws = [two_way_bootstrap(a - r, n_resamples=n_resamples, seed=bootstrap_seed) for *_, a, r in pooled]
     p_values = [bootstrap_p_value(d) for d in draws]
     adjusted = holm_adjusted(p_values, alpha)
+    # Each seed alone: the same pairs, paired over its questions, Holm-adjusted over the pairs it has.
+    all_seeds = sorted({seed for _arm, _reference, seeds, *_ in pooled for seed in seeds})
+    per_seed = {
+        seed: holm_family({
+            index: compare_paired(a[seeds.index(seed)], r[seeds.index(seed)], confidence=1 - alpha, seed=bootstrap_seed)
+            for index, (_arm, _reference, seeds, _questions, a, r) in enumerate(pooled) if seed in seeds
+        })
+        for seed in all_seeds
+    }
     results = []
-    for (arm, reference, seeds, questions, a, r), d, p, p_holm in zip(pooled, draws, p_values, adjusted):
+    for index, ((arm, reference, seeds, questions, a, r), d, p, p_holm) in enumerate(
+        zip(pooled, draws, p_values, adjusted, strict=True)
+    ):
         low, high = percentile_interval(d, 1 - alpha)
         difference = float((a - r).mean())
-        per_seed = {
-            seed: compare_paired(a[i], r[i], confidence=1 - alpha, seed=bootstrap_seed) for i, seed in enumerate(seeds)
-        }
         results.append(PooledComparison(
             arm=arm, reference=reference, seeds=tuple(seeds), n_questions=len(questions),
             arm_accuracy=float(a.mean()), reference_accuracy=float(r.mean()),
             difference=Estimate(difference, low, high), p_value=p, p_holm=p_holm,
-            verdict=_verdict(difference, p_holm, alpha),
-            per_seed={seed: c.difference for seed, c in per_seed.items()},
-            per_seed_verdict={seed: c.verdict for seed, c in per_seed.items()},
+            verdict=verdict_of(difference, p_holm, alpha),
+            per_seed={seed: per_seed[seed][index].difference for seed in seeds},
+            per_seed_verdict={seed: per_seed[seed][index].verdict for seed in seeds},
         ))
     return results
 
@@ -224,7 +214,7 @@ def pooled_markdown(comparisons: Sequence[PooledComparison]) -> str:
     seeds = sorted({seed for c in comparisons for seed in c.seeds})
     rows += ["", f"Pooled over seeds {', '.join(map(str, seeds))} on {comparisons[0].n_questions} shared questions. "
              f"Verdict: {POOLED_TEST} ({len(comparisons)} comparisons), at {1 - DEFAULT_ALPHA:.0%}; per seed: a paired "
-             "bootstrap over questions."]
+             "bootstrap over that seed's questions, Holm-adjusted over the same comparisons."]
     return "\n".join(rows)
 
 

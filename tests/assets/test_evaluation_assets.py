@@ -190,7 +190,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert "position 0" in tables["steps_by_position"] or "no parsed conductor workflow" in tables["steps_by_position"]
     assert "**loses**" in tables["conductor_vs_best_single"] and "Gap in points" in tables["conductor_vs_best_single"]
     assert len(tables["conductor_vs_best_single"]) < 1000
-    assert "McNemar p (exact)" in tables["paired_vs_best_single"]
+    assert "p (Holm)" in tables["paired_vs_best_single"] and "Holm-adjusted over the table's" in tables["paired_vs_best_single"]
     assert "| best_single (gpt-4o) " in tables["arm_table"] and "est." in tables["arm_table"]
     assert "w_router, cheapest configuration" in tables["cost_story"] and "vote:all" in tables["cost_story"]
     assert "on the frontier" in tables["cost_frontier"]

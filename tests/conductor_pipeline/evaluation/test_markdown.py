@@ -24,7 +24,7 @@ def comparison(difference: float, low: float, high: float, *, n: int = 384) -> P
     return PairedComparison(
         n_questions=n, arm_accuracy=0.523 + difference, reference_accuracy=0.523,
         difference=Estimate(difference, low, high), arm_only=40, reference_only=13, mcnemar_p=0.0002,
-        headroom_recovered=Estimate(0.3, 0.1, 0.5),
+        headroom_recovered=Estimate(0.3, 0.1, 0.5), p_value=0.0002 if low > 0 or high < 0 else 0.5,
     )
 
 
@@ -54,7 +54,8 @@ def test_verdict_lines_fit_the_inline_limit_by_dropping_detail():
     comparisons = {arm: comparison(0.05, 0.01, 0.09) for arm in arms}
     labels = {arm: arm for arm in arms}
     full = verdict_lines(comparisons, arms, labels, reference_label="best_single (a)")
-    assert full.count("\n- ") == 20 and "[+1.0, +9.0]" in full and "McNemar p <0.001" in full
+    assert full.count("\n- ") == 20 and "[+1.0, +9.0]" in full and "pts, p <0.001" in full
+    assert "McNemar" not in full and "Holm-adjusted over 20 arms" in full
     fitted = verdict_lines(comparisons, arms, labels, reference_label="best_single (a)", max_chars=1000)
     assert len(fitted) < 1000 and "**beats**" in fitted
     fifteen = verdict_lines({f"arm:{i}": comparisons[arms[0]] for i in range(15)}, [f"arm:{i}" for i in range(15)],

@@ -12,14 +12,12 @@ from conductor_pipeline.evaluation.seeds import (
     POOLED_TEST,
     SeedScores,
     accuracy_spread,
-    bootstrap_p_value,
-    holm_adjusted,
     pooled_comparisons,
     pooled_markdown,
     pooled_pairs,
     two_way_bootstrap,
 )
-from conductor_pipeline.stats import compare_paired
+from conductor_pipeline.stats import bootstrap_p_value, compare_paired, holm_adjusted
 
 N = 384
 
@@ -93,6 +91,7 @@ def test_holm_decides_the_verdict_of_a_family() -> None:
     assert 0.0125 < alone.p_value < 0.05 and alone.verdict == "beats"
     assert family[0].p_value == alone.p_value and family[0].p_holm > 0.05
     assert [c.verdict for c in family] == ["ties"] * 4
+    assert family[0].per_seed_verdict == {0: "ties"}, "a seed's own verdict is Holm-adjusted over the same pairs"
 
 
 def test_seeds_pool_only_the_arms_they_evaluated_and_the_questions_all_of_them_share() -> None:

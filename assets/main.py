@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import signal
 import sys
@@ -49,6 +50,15 @@ from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import run_tags
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
+from assets.results import (
+    DEFAULT_RECIPE,
+    RECIPE_TAG,
+    RECORD_PATH,
+    SEED_TAG,
+    against_the_record,
+    eval_tables_event,
+    record_from_event,
+)
 from assets.run_settings import RunSettings, RunSettingsError, load_run_settings
 from conductor_pipeline.locks import held_lock
 from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
@@ -367,12 +377,14 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
         force = True
     # pool, commit, profile, recipe and seed: two runs of `make run` stay apart in the UI
     trainer = defs.resources["trainer"]
-    tags = {**run_tags(args.pool), "recipe": settings.recipe(trainer.profile), "seed": str(trainer.seed)}
+    tags = {**run_tags(args.pool), RECIPE_TAG: settings.recipe(trainer.profile), SEED_TAG: str(trainer.seed)}
     report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=tags,
                            run_config=settings_run_config(settings))
     if report.interrupted:
         return report
     print_headlines(instance)
+    if args.pool == default_pool_name() and tags["recipe"] == DEFAULT_RECIPE:
+        print_against_the_record(instance, args.pool, tags)
     fresh = [name for plan in report.plans for name in plan.fresh]
     held = {name: why for plan in report.plans for name, why in plan.held.items()}
     if fresh:
@@ -386,6 +398,19 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
         print(f"\nFAILED steps: {', '.join(report.failed)}")
     print(f"\nRuns are in {os.environ.get('DAGSTER_HOME')}; `make ui` opens them at http://127.0.0.1:3000")
     return report
+
+
+def print_against_the_record(instance: dg.DagsterInstance, pool: str, tags: Mapping[str, str]) -> None:
+    """The trained conductor's accuracy of this seed's eval against the recorded seeds' spread."""
+    if not RECORD_PATH.is_file():
+        return
+    try:
+        event = eval_tables_event(instance, pool, {RECIPE_TAG: tags["recipe"], SEED_TAG: tags["seed"]})
+    except SystemExit:  # no eval of this recipe and seed (a gate closed): nothing to compare
+        return
+    lines = against_the_record(json.loads(RECORD_PATH.read_text()), record_from_event(instance, event)["arms"])
+    if lines:
+        print("\n### against the record\n" + "\n".join(lines))
 
 
 def raised_by_the_step(error):

@@ -114,15 +114,19 @@ def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> 
     }
 
 
-def seed_eval_events(instance: dg.DagsterInstance, pool: str, recipe: str) -> dict[int, dg.EventLogEntry]:
-    """The latest `eval_tables` materialization of each seed of `recipe` on `pool`, by seed."""
+def seed_eval_events(
+    instance: dg.DagsterInstance, pool: str, recipe: str, seeds: Sequence[int] | None = None
+) -> dict[int, dg.EventLogEntry]:
+    """The latest `eval_tables` materialization of each seed of `recipe` on `pool` (of `seeds` only,
+    when given), by seed."""
     events: dict[int, dg.EventLogEntry] = {}
     for record in instance.fetch_materializations(dg.AssetKey("eval_tables"), limit=10_000, ascending=False).records:
         run = instance.get_run_by_id(record.run_id)
         tags = run.tags if run is not None else {}
         if tags.get("pool") != pool or tags.get(RECIPE_TAG) != recipe or SEED_TAG not in tags:
             continue
-        events.setdefault(int(tags[SEED_TAG]), record.event_log_entry)
+        if seeds is None or int(tags[SEED_TAG]) in seeds:
+            events.setdefault(int(tags[SEED_TAG]), record.event_log_entry)
     return dict(sorted(events.items()))
 
 
@@ -136,10 +140,13 @@ def question_scores_of(event: dg.EventLogEntry) -> pl.DataFrame:
     return pl.read_parquet(path)
 
 
-def seeds_summary(instance: dg.DagsterInstance, pool: str, recipe: str) -> dict[str, object]:
-    """Every seed run of `recipe` on `pool` (seed, CPU, commit, arms) and the trained arms' verdicts
-    pooled over them, with each arm's accuracy spread over the seeds and the pooled table as markdown."""
-    events = seed_eval_events(instance, pool, recipe)
+def seeds_summary(
+    instance: dg.DagsterInstance, pool: str, recipe: str, seeds: Sequence[int] | None = None
+) -> dict[str, object]:
+    """Every seed run of `recipe` on `pool` (of `seeds` only, when given: seed, CPU, commit, arms) and
+    the trained arms' verdicts pooled over them, with each arm's accuracy spread over the seeds and
+    the pooled table as markdown."""
+    events = seed_eval_events(instance, pool, recipe, seeds)
     if not events:
         raise SystemExit(f"no evaluation of a seed run of recipe {recipe!r} on pool {pool!r} in $DAGSTER_HOME")
     records = {seed: record_from_event(instance, event) for seed, event in events.items()}
@@ -183,6 +190,23 @@ def summary_text(summary: Mapping[str, object]) -> str:
                      "or its training failed)")
     lines += ["", str(summary["pooled_markdown"])]
     return "\n".join(lines)
+
+
+def against_the_record(record: Mapping, arms: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """For each trained arm of a run (`arms`: its arm -> figures), its accuracy against the recorded
+    seeds' spread: what a run on another machine or seed is checked against."""
+    lines = []
+    for arm in trained_arms(list(arms)):
+        spread = record.get("spread", {}).get(arm)
+        if spread is None:
+            continue
+        accuracy = arms[arm]["accuracy"]
+        inside = "inside" if spread["min"] <= accuracy <= spread["max"] else "OUTSIDE"
+        lines.append(
+            f"{arm}: {three_places(accuracy)}, {inside} the recorded {len(record['seeds'])} seeds' "
+            f"[{three_places(spread['min'])}, {three_places(spread['max'])}] ({RECORD_PATH.relative_to(PROJECT_ROOT)})"
+        )
+    return lines
 
 
 def three_places(value: object) -> str:

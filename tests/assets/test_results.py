@@ -22,6 +22,7 @@ from assets.results import (
     README_PATH,
     RECORD_PATH,
     eval_tables_event,
+    against_the_record,
     readme_block,
     record_from_instance,
     render_block,
@@ -120,6 +121,14 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
     assert versus_best["p_holm"] >= versus_best["p_value"]
     assert "seed 1 on Some CPU (avx2) at abc" in summary_text(summary)
     json.dumps(summary)  # what `make seeds` writes
+
+
+def test_a_run_is_checked_against_the_recorded_seeds_spread() -> None:
+    record = {"seeds": [{}, {}, {}], "spread": {TRAINED: {"min": 0.451, "max": 0.484, "mean": 0.466, "std": 0.02}}}
+    inside = against_the_record(record, {TRAINED: {"accuracy": 0.461}, "conductor:hf:warm_start": {"accuracy": 0.3}})
+    assert inside == [f"{TRAINED}: 0.461, inside the recorded 3 seeds' [0.451, 0.484] (docs/results/default-run.json)"]
+    assert "OUTSIDE" in against_the_record(record, {TRAINED: {"accuracy": 0.50}})[0]
+    assert against_the_record(record, {"conductor:hf:checkpoint-7": {"accuracy": 0.5}}) == []
 
 
 def test_the_recorded_seeds_keep_their_contract() -> None:

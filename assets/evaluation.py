@@ -34,7 +34,7 @@ from pydantic import Field
 from assets.metadata import latest_metadata, latest_metadata_value, png_markdown, stage
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
-from conductor_pipeline.conductor.prompt import read_trained_prompt
+from conductor_pipeline.conductor.prompt import PromptSpec, read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
@@ -161,7 +161,7 @@ class TrainedPolicy:
     for a materialization from before the training assets recorded it)."""
 
     path: str
-    prompt: Mapping[str, object] | None
+    prompt: PromptSpec | None
 
 
 def _conductor_resources(
@@ -192,7 +192,7 @@ def _trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: s
     prompt = latest_metadata_value(instance, asset, "prompt")
     if prompt is None:
         context.log.warning(f"latest {asset} recorded no training prompt; {path} is prompted like the conductor resource")
-    return TrainedPolicy(str(path), prompt if isinstance(prompt, Mapping) else None)
+    return TrainedPolicy(str(path), PromptSpec.model_validate(prompt) if isinstance(prompt, Mapping) else None)
 
 
 def _latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None:

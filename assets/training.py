@@ -36,7 +36,7 @@ from assets.training_metadata import (
 )
 from assets.world_model import world_model_path
 from conductor_pipeline.conductor.hf_policy import policy_fingerprint
-from conductor_pipeline.conductor.prompt import write_trained_prompt
+from conductor_pipeline.conductor.prompt import PromptSpec, write_trained_prompt
 from conductor_pipeline.evaluation.learning import choice_balance
 from conductor_pipeline.probing.contested import BAND_HIGH, BAND_LOW, ContestedRule, pass_rate_histogram
 from conductor_pipeline.records import Question
@@ -64,6 +64,7 @@ from conductor_pipeline.training.gates import (
 )
 from conductor_pipeline.training.grpo import remove_checkpoints
 from conductor_pipeline.training.plots import sft_loss_png
+from conductor_pipeline.training.recipe import Recipe
 from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor, parse_check
 from conductor_pipeline.training.runs import (
     balance_markdown,
@@ -74,7 +75,6 @@ from conductor_pipeline.training.runs import (
     run_pool_grpo,
     run_telemetry,
 )
-from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.sft import final_loss, read_sft_history, warm_start_sft
 from conductor_pipeline.training.synthetic import MAX_FAN_OUT, warm_start_pairs
 from conductor_pipeline.training.telemetry import (
@@ -113,24 +113,31 @@ def contested_dir(warehouse: WarehouseResource) -> Path:
     return warehouse.artifact_dir("contested_set")
 
 
-def _training_set(warehouse: WarehouseResource, pool: PoolResource, trainer: TrainerResource) -> TrainingSet:
+def _recipe(trainer: TrainerResource) -> Recipe:
+    """The trainer's recipe; one whose settings contradict each other fails the step, saying which."""
+    try:
+        return trainer.recipe()
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from exc
+
+
+def _training_set(warehouse: WarehouseResource, pool: PoolResource, recipe: Recipe) -> TrainingSet:
     pool_config = pool.load()
+    prompt, data = recipe.prompt, recipe.data
     with _failing_step():
         return build_training_set(
             warehouse.get_warehouse(), pool_config, contested_dir(warehouse),
-            naming=trainer.worker_naming, n_examples=trainer.n_prompt_examples, contested_subpools=trainer.contested_subpools,
-            prune_with=world_model_path(warehouse, pool_config.name) if trainer.prune_with_world_model else None,
-            prune_low=trainer.prune_low, prune_high=trainer.prune_high,
-            show_predicted_success=trainer.show_predicted_success,
+            naming=prompt.naming, n_examples=prompt.n_examples, contested_subpools=data.contested_subpools,
+            prune_with=world_model_path(warehouse, pool_config.name) if data.prune_with_world_model else None,
+            prune_low=data.prune_low, prune_high=data.prune_high, show_predicted_success=prompt.show_predicted_success,
         )
 
 
-def _prompt_metadata(trainer: TrainerResource, settings: GRPOSettings, model_folder: Path) -> dict[str, dg.MetadataValue]:
+def _prompt_metadata(prompt: PromptSpec, model_folder: Path) -> dict[str, dg.MetadataValue]:
     """The training prompt as metadata, also written beside the weights (`write_trained_prompt`), so
     a checkpoint evaluated by path on any pool is prompted as it was trained."""
-    prompt = trainer.trained_prompt(settings)
     write_trained_prompt(model_folder, prompt)
-    return {"prompt": dg.MetadataValue.json(prompt)}
+    return {"prompt": dg.MetadataValue.json(prompt.model_dump())}
 
 
 def _device(trainer: TrainerResource) -> str:
@@ -142,21 +149,20 @@ def _device(trainer: TrainerResource) -> str:
 
 
 def _rollout_executor(
-    training: TrainingSet, settings: GRPOSettings, trainer: TrainerResource, pool: PoolResource,
-    questions: Sequence[Question], **kwargs: object,
+    training: TrainingSet, recipe: Recipe, pool: PoolResource, questions: Sequence[Question], **kwargs: object
 ) -> PoolExecutor:
     """Rollouts on the pool's workers (conductor seats are answered by the executor's conductor
-    policy, not a Worker), sampled like GRPO's and recursing at most `trainer.max_depth` levels."""
+    policy, not a Worker), sampled like GRPO's and recursing at most `recipe.max_depth` levels."""
     pool_config = training.pool_config
     workers = pool.build_workers([seat.name for seat in pool_config.workers if not seat.is_conductor])
     return PoolExecutor(
-        pool_config, workers, questions, training.naming, max_depth=trainer.max_depth,
-        temperature=settings.temperature, max_new_tokens=settings.max_completion_length, **kwargs,
+        pool_config, workers, questions, training.naming, max_depth=recipe.max_depth,
+        temperature=recipe.prompt.temperature, max_new_tokens=recipe.prompt.max_new_tokens, **kwargs,
     )
 
 
 def _executor(
-    training: TrainingSet, settings: GRPOSettings, trainer: TrainerResource, warehouse: WarehouseResource,
+    training: TrainingSet, recipe: Recipe, warehouse: WarehouseResource,
     pool: PoolResource, questions: Sequence[Question], log: RolloutLog, start_policy: Path | str, device: str,
 ) -> PoolExecutor:
     """GRPO's rollouts, recorded under `log`, with W's predictions when the reward bonus is on; a
@@ -164,10 +170,10 @@ def _executor(
     pool_config = training.pool_config
     with _failing_step():
         predict = bonus_predictor(
-            settings.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
+            recipe.grpo.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
         )
     return _rollout_executor(
-        training, settings, trainer, pool, questions, predict_success=predict, log=log,
+        training, recipe, pool, questions, predict_success=predict, log=log,
         conductor_policy=frozen_conductor(pool_config, start_policy, device),
     )
 
@@ -285,26 +291,27 @@ def warm_start_policy(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
     """The policy GRPO starts from: SFT on synthetic valid workflows over the pool's workers (format only)."""
-    training = _training_set(warehouse, pool, trainer)
-    pool_config = training.pool_config
-    settings = trainer.grpo_settings()
+    recipe = _recipe(trainer)
+    training = _training_set(warehouse, pool, recipe)
+    pool_config, warm = training.pool_config, recipe.warm_start
     device = _device(trainer)
     started = time.monotonic()
     base = trainer.base_policy_path()
     # Exactly the GRPO prompts (same sub-pools, naming, examples): the format learnt is the one scored.
-    rows = training.prompt_rows(settings)
-    check_rows = rows[: trainer.parse_check_prompts]
-    samples = trainer.parse_check_samples
+    rows = training.prompt_rows(recipe.grpo)
+    check_rows = rows[: warm.parse_check_prompts]
+    samples = warm.parse_check_samples
     n_checked = len(check_rows) * samples
     # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
     check_run_id = _repeatable_run_id(context, "warm-start", pool_config.name, base, training)
     with RowBuffer(training.store) as writer:
-        executor = _rollout_executor(training, settings, trainer, pool, training.questions)
+        executor = _rollout_executor(training, recipe, pool, training.questions)
 
         def check(model: Path | str, phase: str) -> tuple[float, dict[str, int]]:
             executor.log = RolloutLog(writer, check_run_id, phase, policy_name(model))
             return parse_check(
-                model, check_rows, trainer.worker_naming, settings.max_completion_length, samples, executor=executor, device=device
+                model, check_rows, recipe.prompt.naming, recipe.prompt.max_new_tokens, samples, executor=executor,
+                device=device,
             )
 
         before, codes_before = check(base, PARSE_CHECK_BEFORE)
@@ -317,20 +324,19 @@ def warm_start_policy(
             "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
             **pruning_metadata(training),
         }
-        if not trainer.sft_warm_start:
+        if not warm.enabled:
             context.log.info("warm start disabled: GRPO starts from the base policy")
             return dg.MaterializeResult(metadata={
                 **metadata, **telemetry_metadata(training.store, check_run_id),
-                "prompt": dg.MetadataValue.json(trainer.trained_prompt(settings)),
+                "prompt": dg.MetadataValue.json(recipe.prompt.model_dump()),
                 "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
             })
-        style = trainer.warm_start_style
+        style = warm.style
         pairs = warm_start_pairs(
-            rows, n=trainer.sft_examples, seed=settings.seed + 1, naming=trainer.worker_naming, style=style,
-            aggregators=pool_config.vote_seat_names, fan_out_only=trainer.fan_out_warm_start,
-            max_fan_out=trainer.max_fan_out,
+            rows, n=warm.examples, seed=recipe.seed + 1, naming=recipe.prompt.naming, style=style,
+            aggregators=pool_config.vote_seat_names, fan_out_only=warm.fan_out, max_fan_out=warm.max_fan_out,
         )
-        sft = trainer.sft_settings()
+        sft = recipe.sft
         context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
         sft_started = time.monotonic()
         out = warm_start_sft(base, pairs, sft, trainer.warm_start_dir(pool_config.name))
@@ -352,14 +358,14 @@ def warm_start_policy(
         parse_codes_after=dg.MetadataValue.json(codes_after),
         synthetic_pairs=dg.MetadataValue.int(len(pairs)),
         synthetic_style=dg.MetadataValue.text(style),
-        fan_out_warm_start=dg.MetadataValue.bool(trainer.fan_out_warm_start),
-        max_fan_out=dg.MetadataValue.int(trainer.max_fan_out or MAX_FAN_OUT[style]),
+        fan_out_warm_start=dg.MetadataValue.bool(warm.fan_out),
+        max_fan_out=dg.MetadataValue.int(warm.max_fan_out or MAX_FAN_OUT[style]),
         sft_steps=dg.MetadataValue.int(sft.max_steps),
         final_loss=dg.MetadataValue.float(final_loss(history)),
         sft_elapsed_s=dg.MetadataValue.float(round(sft_elapsed, 1)),
         elapsed_s=dg.MetadataValue.float(round(elapsed, 1)),
         **telemetry_metadata(training.store, check_run_id),
-        **_prompt_metadata(trainer, settings, out),
+        **_prompt_metadata(recipe.prompt, out),
         choice_balance=dg.MetadataValue.json(balance),
         choice_balance_summary=dg.MetadataValue.md(balance_markdown(balance)),
     )
@@ -379,12 +385,13 @@ def grpo_probe_run(
     context: dg.AssetExecutionContext, trainer: TrainerResource, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
     """A short GRPO run (default 20 steps) on the contested set: does a group's reward ever vary?"""
-    training = _training_set(warehouse, pool, trainer)
-    pool_config, store = training.pool_config, training.store
-    settings = trainer.grpo_settings(steps=trainer.probe_steps)
+    recipe = _recipe(trainer)
+    training = _training_set(warehouse, pool, recipe)
+    pool_config, store, gate = training.pool_config, training.store, recipe.gate
+    settings = recipe.probe()
     device = _device(trainer)
     start_policy = trainer.start_policy_path(pool_config.name)
-    probe_run_id = f"probe-{pool_config.name}-{trainer.run_key(settings, training, start_policy)}"
+    probe_run_id = f"probe-{pool_config.name}-{trainer.run_key(recipe, settings, training, start_policy)}"
     output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
     started = time.monotonic()
     manifest = read_probe_manifest(output_dir, RUN_MANIFEST)  # a probe of the same inputs that finished
@@ -397,7 +404,7 @@ def grpo_probe_run(
         context.log.info(f"probe {probe_run_id}: starting")
         with RowBuffer(store) as writer:
             executor = _executor(
-                training, settings, trainer, warehouse, pool, [*training.questions, *training.skipped],
+                training, recipe, warehouse, pool, [*training.questions, *training.skipped],
                 RolloutLog(writer, probe_run_id, "probe", policy_name(start_policy)), start_policy, device,
             )
             run_pool_grpo(
@@ -405,7 +412,9 @@ def grpo_probe_run(
                 run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
                 progress=_observe_progress(context),
             )
-            pruning = pruning_report(start_policy, training, executor, settings, trainer.prune_audit_questions, device)
+            pruning = pruning_report(
+                start_policy, training, executor, settings, recipe.data.prune_audit_questions, device
+            )
         if pruning is not None:
             context.log.info(f"world-model pruning: {pruning}")
         logged = store.query_file("training_steps_of_run", {"run_id": probe_run_id}).iter_rows(named=True)
@@ -420,7 +429,7 @@ def grpo_probe_run(
     elapsed = time.monotonic() - started
     pruning = manifest.get("world_model_pruning")
     write_probe_manifest(trainer.probe_dir(pool_config.name), manifest)  # the latest probe: what the gate judges
-    preview = judge_probe(manifest, manifest["steps"], threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on)
+    preview = judge_probe(manifest, manifest["steps"], threshold=gate.zero_variance_threshold, gate_on=gate.gate_on)
     steps_done = len(manifest["steps"])
     context.log.info(f"probe {probe_run_id}: {steps_done} steps in {elapsed:.0f}s; {preview.describe()}")
     telemetry = run_telemetry(store, probe_run_id, pool_config.vote_seat_names)
@@ -428,7 +437,7 @@ def grpo_probe_run(
         f"{steps_done} probe steps in {elapsed:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
         f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance and "
         f"{format_metric(preview.correctness_figure)} the same correctness in every rollout (no routing signal); "
-        f"the gate judges {preview.gate_on} and needs < {trainer.zero_variance_threshold:.2f}. "
+        f"the gate judges {preview.gate_on} and needs < {gate.zero_variance_threshold:.2f}. "
         f"{rollout_summary(telemetry)}"
     )
     return dg.MaterializeResult(
@@ -444,18 +453,18 @@ def grpo_probe_run(
             "gate_on": dg.MetadataValue.text(preview.gate_on),
             "group_size": dg.MetadataValue.int(settings.num_generations),
             "groups": dg.MetadataValue.int(preview.groups),
-            "threshold": dg.MetadataValue.float(trainer.zero_variance_threshold),
+            "threshold": dg.MetadataValue.float(gate.zero_variance_threshold),
             "steps": dg.MetadataValue.int(steps_done),
             "elapsed_s": dg.MetadataValue.float(round(elapsed, 1)),
             "seconds_per_step": dg.MetadataValue.float(round(elapsed / max(steps_done, 1), 2)),
             "settings": dg.MetadataValue.json(settings.describe()),
             "device": dg.MetadataValue.text(device),
-            "contested_subpools": dg.MetadataValue.bool(trainer.contested_subpools),
+            "contested_subpools": dg.MetadataValue.bool(recipe.data.contested_subpools),
             "world_model_pruning": dg.MetadataValue.json(pruning) if pruning else dg.MetadataValue.text("off"),
             **({"pruned_questions": dg.MetadataValue.int(len(training.skipped))} if pruning else {}),
             **run_metadata(
                 telemetry, probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})",
-                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", trainer.zero_variance_threshold, context.log.error,
+                trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png", gate.zero_variance_threshold, context.log.error,
             ),
         }
     )
@@ -474,9 +483,8 @@ def zero_variance_gate(trainer: TrainerResource, warehouse: WarehouseResource, p
     if manifest is None:
         return dg.AssetCheckResult(passed=False, description="no probe run recorded")
     logged = warehouse.get_warehouse().query_file("training_steps_of_run", {"run_id": manifest["probe_run_id"]})
-    verdict = judge_probe(
-        manifest, logged.iter_rows(named=True), threshold=trainer.zero_variance_threshold, gate_on=trainer.gate_on
-    )
+    gate = trainer.recipe().gate
+    verdict = judge_probe(manifest, logged.iter_rows(named=True), threshold=gate.zero_variance_threshold, gate_on=gate.gate_on)
     write_verdict(trainer.gate_path(pool_name), verdict)
     return dg.AssetCheckResult(passed=verdict.passed, metadata=verdict.summary(), description=verdict.describe())
 
@@ -498,12 +506,12 @@ def conductor_checkpoint(
     except GateClosedError as exc:
         raise dg.Failure(str(exc), metadata={"gate_path": str(trainer.gate_path(pool_config.name))}) from exc
     context.log.info(f"gate open: {verdict.describe()}")
-    training = _training_set(warehouse, pool, trainer)
-    store = training.store
-    settings = trainer.grpo_settings()
+    recipe = _recipe(trainer)
+    training = _training_set(warehouse, pool, recipe)
+    store, settings = training.store, recipe.grpo
     device = _device(trainer)
     start_policy = trainer.start_policy_path(pool_config.name)
-    run_id = f"grpo-{pool_config.name}-{trainer.run_key(settings, training, start_policy)}"
+    run_id = f"grpo-{pool_config.name}-{trainer.run_key(recipe, settings, training, start_policy)}"
     output_dir = trainer.checkpoint_dir(pool_config.name) / run_id
     resume_step = forget_steps_after_checkpoint(store, run_id, output_dir)
     context.log.info(
@@ -513,12 +521,12 @@ def conductor_checkpoint(
     started = time.monotonic()
     with RowBuffer(store) as writer:
         executor = _executor(
-            training, settings, trainer, warehouse, pool, training.questions,
+            training, recipe, warehouse, pool, training.questions,
             RolloutLog(writer, run_id, "grpo", policy_name(start_policy)), start_policy, device,
         )
         outcome = run_pool_grpo(
             start_policy, training, executor, settings, output_dir,
-            run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=trainer.time_limit_s,
+            run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=recipe.time_limit_s,
             progress=_observe_progress(context),
         )
     elapsed = time.monotonic() - started
@@ -544,12 +552,12 @@ def conductor_checkpoint(
             "gate": dg.MetadataValue.json(verdict.summary()),
             "settings": dg.MetadataValue.json(settings.describe()),
             "device": dg.MetadataValue.text(device),
-            **_prompt_metadata(trainer, settings, output_dir),
+            **_prompt_metadata(recipe.prompt, output_dir),
             **pruning_metadata(training),
             **probe_audit_metadata(manifest),
             **run_metadata(
                 run_telemetry(store, run_id, pool_config.vote_seat_names), run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})",
-                output_dir / "curves.png", trainer.zero_variance_threshold, context.log.error,
+                output_dir / "curves.png", recipe.gate.zero_variance_threshold, context.log.error,
             ),
         }
     )

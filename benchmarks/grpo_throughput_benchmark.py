@@ -95,7 +95,8 @@ def run_path(name: str, settings, source: Path, workdir: Path, steps: int) -> Pa
     store = Warehouse(run_dir / "warehouse.duckdb")
     pool = load_pool(POOL)
     warm_start = source / "training" / POOL / "warm_start"
-    naming = str((read_trained_prompt(warm_start) or {}).get("naming", "ordinal"))  # as the warm start was trained
+    trained = read_trained_prompt(warm_start)
+    naming = trained.naming if trained else "ordinal"  # as the warm start was trained
     training = build_training_set(store, pool, source / "contested_set", naming=naming, n_examples=0, contested_subpools=True)
     workers = build_workers(pool, [seat.name for seat in pool.workers if not seat.is_conductor])
     executor = PoolExecutor(

@@ -344,10 +344,10 @@ def vote_payoff(rung: Rung, source: Path, workdir: Path, min_pool_sizes: Sequenc
     store = Warehouse(artifacts / "warehouse.duckdb")
     pool = load_pool(rung.pool)
     _materialize_training(rung, artifacts, dict(rung.trainer), only=("contested_set",))
-    trainer = TrainerResource(output_root=str(artifacts / "training"), **rung.trainer)
+    recipe = TrainerResource(output_root=str(artifacts / "training"), **rung.trainer).recipe()
     training = build_training_set(
-        store, pool, artifacts / "contested_set", naming=trainer.worker_naming, n_examples=0,
-        contested_subpools=trainer.contested_subpools,
+        store, pool, artifacts / "contested_set", naming=recipe.prompt.naming, n_examples=0,
+        contested_subpools=recipe.data.contested_subpools,
     )
     answers, ranked = recorded_answers(store, pool)
     aggregators = [seat.name for seat in pool.workers if seat.is_vote]
@@ -392,10 +392,11 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     materialized = _materialize_training(rung, artifacts, trainer_knobs)
     elapsed = time.monotonic() - started
     trainer = TrainerResource(output_root=str(artifacts / "training"), **trainer_knobs)
-    settings = trainer.grpo_settings()
+    recipe = trainer.recipe()
+    settings, prompt = recipe.grpo, recipe.prompt
     training = build_training_set(
-        store, pool, artifacts / "contested_set", naming=trainer.worker_naming, n_examples=trainer.n_prompt_examples,
-        contested_subpools=trainer.contested_subpools, show_predicted_success=trainer.show_predicted_success,
+        store, pool, artifacts / "contested_set", naming=prompt.naming, n_examples=prompt.n_examples,
+        contested_subpools=recipe.data.contested_subpools, show_predicted_success=prompt.show_predicted_success,
     )
     rows = training.prompt_rows(settings)
     answers, ranked = recorded_answers(store, pool)
@@ -413,7 +414,7 @@ def run_rung(rung: Rung, source: Path, workdir: Path, budget: dict) -> dict:
     steps = store.query_file("training_steps_of_run", {"run_id": run_id})
     step_rewards = [float(r) for r in steps["reward_mean"].to_list()]
     workers = build_workers(pool, [seat.name for seat in pool.workers if not seat.is_conductor])
-    executor = PoolExecutor(pool, workers, training.questions, trainer.worker_naming, max_new_tokens=settings.max_completion_length)
+    executor = PoolExecutor(pool, workers, training.questions, prompt.naming, max_new_tokens=prompt.max_new_tokens)
     fixed = rows[:EVAL_PROMPTS]
     warm = evaluate_policy(trainer.start_policy_path(pool.name), fixed, executor, settings)
     trained = evaluate_policy(Path(checkpoint["checkpoint_path"]), fixed, executor, settings)

@@ -95,7 +95,8 @@ def main() -> int:
     base = Path(trainer.base_policy_path())  # fetch and convert SmolLM2 first: a clear error before any stage
     print(f"SmolLM2-135M-Instruct at {base} ({time.monotonic() - started:.0f}s)", flush=True)
     conductor = ConductorPolicyResource(
-        model_path=str(base), label=PROMPTED_LABEL, n_examples=trainer.n_prompt_examples, naming=trainer.naming,
+        model_path=str(base), label=PROMPTED_LABEL, n_examples=trainer.recipe().prompt.n_examples,
+        naming=trainer.recipe().prompt.naming,
         max_new_tokens=sizes["max_completion"],
     )
     defs = experiment_definitions(args.work_dir, trainer, conductor)

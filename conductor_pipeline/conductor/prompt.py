@@ -110,24 +110,53 @@ def displayed_worker_names(catalogue: CatalogueLike, naming: Naming) -> list[str
 # Beside a trained policy's weights: how it was prompted and sampled in training (naming, in-context
 # examples, completion cap, temperature, W's numbers), so any later evaluation prompts it the same way.
 TRAINED_PROMPT_FILE = "conductor_prompt.json"
+# The conductor's default completion cap: room for reasoning plus the workflow lists.
+DEFAULT_MAX_NEW_TOKENS = 1024
 
 
-def write_trained_prompt(folder: str | Path, prompt: Mapping[str, object]) -> Path:
+class PromptSpec(BaseModel):
+    """How a conductor is prompted and sampled: what training used (the recipe's `prompt`) is written
+    beside the weights (`write_trained_prompt`) and read back whole by the eval, so a checkpoint is
+    evaluated on any pool exactly as it was trained. Fields a record predates take these defaults
+    (a checkpoint trained before fan-outs existed is prompted without them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    naming: Naming = Field("ordinal", description="Workers shown as 'Model 0..k' (the paper's) or by name")
+    n_examples: int = Field(DEFAULT_EXAMPLE_COUNT, ge=0, description="In-context example workflows in the prompt")
+    max_new_tokens: int = Field(DEFAULT_MAX_NEW_TOKENS, ge=1, description="Token cap on a sampled workflow")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature (0: greedy)")
+    show_predicted_success: bool = Field(
+        False, description="Each catalogue line shows the world model's P(success) of its worker on the question"
+    )
+    constrained_decoding: bool = Field(
+        False, description="Sample only workflows that parse against the catalogue the prompt shows"
+    )
+    fan_outs_only: bool = Field(
+        False, description="With constrained decoding and a vote seat: a multi-step workflow is a fan-out the vote closes"
+    )
+
+
+def write_trained_prompt(folder: str | Path, prompt: PromptSpec) -> Path:
     """Record how the policy saved in (or under) `folder` was prompted in training."""
     from conductor_pipeline.files import write_json_atomic
 
-    return write_json_atomic(Path(folder) / TRAINED_PROMPT_FILE, dict(prompt), "training prompt")
+    return write_json_atomic(Path(folder) / TRAINED_PROMPT_FILE, prompt.model_dump(), "training prompt")
 
 
-def read_trained_prompt(model_dir: str | Path) -> dict[str, object] | None:
+def read_trained_prompt(model_dir: str | Path) -> PromptSpec | None:
     """How the policy in `model_dir` was trained to be prompted: its own record, or its run
-    folder's (a GRPO checkpoint-N sits in the run's folder); None when neither has one."""
-    from conductor_pipeline.files import read_json_checked
+    folder's (a GRPO checkpoint-N sits in the run's folder); None when neither has one. A record
+    this code cannot read (an unknown field, a bad value) is refused, naming the file."""
+    from conductor_pipeline.files import DamagedArtifactError, read_json_checked
 
     for folder in (Path(model_dir), Path(model_dir).parent):
         path = folder / TRAINED_PROMPT_FILE
         if path.is_file():
-            return read_json_checked(path, "training prompt")
+            try:
+                return PromptSpec.model_validate(read_json_checked(path, "training prompt"))
+            except ValueError as exc:
+                raise DamagedArtifactError(f"{path}: not a training prompt this code can read: {exc}") from exc
     return None
 
 

@@ -225,13 +225,9 @@ def build_grpo_trainer(
             args=settings.to_grpo_config(output_dir), constrained_decoding=settings.constrained_decoding,
             aggregators=aggregators, fan_outs_only=settings.fan_outs_only, **common,
         )
-    if settings.fan_outs_only:
-        raise ValueError("fan_outs_only is a rule of the shared-prompt sampler's grammar (share_prompt_prefix); "
-                         "vLLM's structured-outputs regex does not hold it")
     if not settings.constrained_decoding:
         return GRPOTrainer(args=settings.to_grpo_config(output_dir), **common)
-    if not settings.use_vllm:
-        raise ValueError("constrained_decoding needs share_prompt_prefix (the CPU sampler) or use_vllm (structured outputs)")
+    # GRPOSettings refuses constrained decoding without either sampler: this is vLLM's regex.
     regex = structured_outputs_regex(dataset)
     return GRPOTrainer(args=settings.to_grpo_config(output_dir, vllm_structured_outputs_regex=regex), **common)
 

@@ -166,6 +166,18 @@ class GRPOSettings:
     lora: LoraSettings = field(default_factory=LoraSettings, metadata=_help(
         "Low-rank adapters instead of full fine-tuning (rank 0: full fine-tuning)."))
 
+    def __post_init__(self) -> None:
+        """The rules between GRPO's own knobs, checked whenever settings are made (a profile, an override)."""
+        if self.fan_outs_only and not self.constrained_decoding:
+            raise ValueError("fan_outs_only is a rule of constrained decoding: set constrained_decoding: true too")
+        if self.fan_outs_only and not self.share_prompt_prefix:
+            raise ValueError("fan_outs_only is a rule of the shared-prompt sampler's grammar (share_prompt_prefix); "
+                             "vLLM's structured-outputs regex does not hold it")
+        if self.constrained_decoding and not (self.share_prompt_prefix or self.use_vllm):
+            raise ValueError(
+                "constrained_decoding needs share_prompt_prefix (the CPU sampler) or use_vllm (structured outputs)"
+            )
+
     @property
     def rollouts_per_step(self) -> int:
         return self.questions_per_step * self.num_generations

@@ -11,7 +11,8 @@ import yaml
 from assets.definitions import build_definitions
 from assets.evaluate_checkpoint import evaluate_checkpoint
 from assets.metadata import latest_metadata
-from conductor_pipeline.conductor.prompt import read_trained_prompt, write_trained_prompt
+from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, PromptSpec, read_trained_prompt, write_trained_prompt
+from conductor_pipeline.files import DamagedArtifactError
 from conductor_pipeline.paths import POOLS_DIR
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
@@ -20,7 +21,7 @@ from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 from tests.shared_data import require_shared_data
 
-TRAINED = {"naming": "ordinal", "n_examples": 0, "max_new_tokens": 24, "temperature": 1.0, "show_predicted_success": False}
+TRAINED = PromptSpec(naming="ordinal", n_examples=0, max_new_tokens=24, temperature=1.0)
 SMALL = {
     "probe_calls": {"max_questions": 60},
     "eval_arms": {"world_model_router": False, "w_cascade": False, "vote_arms": False},
@@ -32,6 +33,12 @@ def test_a_checkpoint_folder_records_its_training_prompt_and_its_run_folder_does
     write_trained_prompt(run, TRAINED)
     assert read_trained_prompt(run / "checkpoint-24") == TRAINED  # a checkpoint-N reads its run's record
     assert read_trained_prompt(tmp_path / "elsewhere") is None
+    # A record from before a field existed reads with that field's default; one this code cannot read is named.
+    (run / TRAINED_PROMPT_FILE).write_text('{"naming": "names", "n_examples": 0, "max_new_tokens": 80, "temperature": 1.0}')
+    assert read_trained_prompt(run) == PromptSpec(naming="names", n_examples=0, max_new_tokens=80)
+    (run / TRAINED_PROMPT_FILE).write_text('{"naming": "emoji"}')
+    with pytest.raises(DamagedArtifactError, match=f"{TRAINED_PROMPT_FILE}: not a training prompt"):
+        read_trained_prompt(run)
 
 
 def test_a_checkpoint_is_evaluated_on_a_pool_file_it_was_not_trained_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -58,10 +65,8 @@ def test_a_checkpoint_is_evaluated_on_a_pool_file_it_was_not_trained_on(tmp_path
         assert not report.failed
         arms = latest_metadata(instance, "eval_arms")
         assert {"conductor:hf:checkpoint-3", "conductor:hf:checkpoint-3@shuffled"} <= set(arms["arms"].value)
-        # A record from before constrained decoding existed is sampled without it, as it was trained.
-        assert arms["conductor_prompts"].value["hf:checkpoint-3"] == {
-            "model": str(checkpoint), **TRAINED, "constrained_decoding": False, "fan_outs_only": False,
-        }
+        # Prompted and sampled exactly as the record says (fields it predates take their defaults).
+        assert arms["conductor_prompts"].value["hf:checkpoint-3"] == {"model": str(checkpoint), **TRAINED.model_dump()}
         assert "conductor_pairs" in latest_metadata(instance, "eval_tables")
     catalogues = Warehouse(tmp_path / "warehouse.duckdb").query(
         "SELECT catalogue FROM workflows WHERE arm = 'conductor:hf:checkpoint-3'"

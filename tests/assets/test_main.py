@@ -205,12 +205,11 @@ def test_a_rerun_recomputes_nothing_and_a_change_recomputes_exactly_what_depends
 def test_each_shipped_paper_budget_recipe_is_a_valid_cpu_paper_trainer(recipe: Path) -> None:
     """`make train-paper CONFIG=data/train-paper/FILE` must not fail on its settings after the
     minutes of setup it runs first, and must keep the paper's budget."""
-    trainer = TrainerResource(profile="cpu-paper", **load_run_settings(recipe).resource("trainer"))
-    settings = trainer.grpo_settings()
+    trained = TrainerResource(profile="cpu-paper", **load_run_settings(recipe).resource("trainer")).recipe()
+    settings = trained.grpo
     assert settings.rollouts_per_step * settings.max_steps == 51_200
-    prompt = trainer.trained_prompt(settings)
-    assert prompt["constrained_decoding"] == settings.constrained_decoding
-    assert prompt["fan_outs_only"] == settings.fan_outs_only
+    assert trained.prompt.constrained_decoding == settings.constrained_decoding
+    assert trained.prompt.fan_outs_only == settings.fan_outs_only
     check_settings_ops(build_definitions(POOL), load_run_settings(recipe))
 
 

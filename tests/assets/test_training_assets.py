@@ -310,9 +310,10 @@ def test_training_checkpoints_and_a_rerun_resumes_from_the_last_checkpoint(gsm8k
     assert second["global_step"].value == 2 * steps and "resumed from checkpoint-2" in second["checkpoint"].value
     # How the policy was prompted and sampled in training: evaluation prompts the checkpoint the same way.
     trainer = _resources(database, tmp_path, tiny_model, sft_warm_start=False)["trainer"]
+    recipe = trainer.recipe()
     assert second["prompt"].value == {
-        "naming": trainer.worker_naming, "n_examples": trainer.n_prompt_examples, "temperature": 1.0,
-        "max_new_tokens": trainer.grpo_settings().max_completion_length, "show_predicted_success": False,
+        "naming": recipe.prompt.naming, "n_examples": recipe.prompt.n_examples, "temperature": 1.0,
+        "max_new_tokens": recipe.grpo.max_completion_length, "show_predicted_success": False,
         "constrained_decoding": False, "fan_outs_only": False,
     }
 
@@ -342,15 +343,15 @@ def test_gpu_profile_builds_the_paper_configuration(tmp_path):
         profile="gpu", policy_model="Qwen/Qwen2.5-1.5B-Instruct", vllm_mode="server",
         vllm_server_base_url="http://127.0.0.1:8000", output_root=str(tmp_path),
     )
-    settings = trainer.grpo_settings()
+    settings = trainer.recipe().grpo
     assert (settings.policy_model, settings.num_generations, settings.questions_per_step) == ("Qwen/Qwen2.5-1.5B-Instruct", 64, 4)
     assert (settings.learning_rate, settings.beta, settings.temperature, settings.max_steps) == (1e-6, 0.0, 1.0, 200)
-    assert trainer.base_policy_path() == "Qwen/Qwen2.5-1.5B-Instruct" and trainer.n_prompt_examples == 4
+    assert trainer.base_policy_path() == "Qwen/Qwen2.5-1.5B-Instruct" and trainer.recipe().prompt.n_examples == 4
     config = settings.to_grpo_config(tmp_path / "grpo", bf16=False, use_cpu=True)  # build only: no GPU here
     assert config.use_vllm and config.vllm_mode == "server" and config.num_generations == 64
     assert config.save_steps == 10 and config.learning_rate == 1e-6
-    probe = trainer.grpo_settings(steps=trainer.probe_steps)
-    assert probe.max_steps == 20 and TrainerResource().grpo_settings().policy_model == "tiny"
+    probe = trainer.recipe().probe()
+    assert probe.max_steps == 20 and TrainerResource().recipe().grpo.policy_model == "tiny"
     assert {job.name for job in TRAINING_JOBS} == {"training_job", "probe_gate_job"}
 
 
@@ -414,10 +415,10 @@ def test_reward_bonus_sees_ws_prediction_for_the_final_worker_once_per_question(
 
 def test_reward_bonus_without_a_world_model_fails_naming_the_knob(tmp_path, tiny_model):
     resources = _resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model, world_model_bonus_weight=0.1)
-    weight = resources["trainer"].grpo_settings().world_model_bonus_weight
+    weight = resources["trainer"].recipe().grpo.world_model_bonus_weight
     assert weight == 0.1  # reaches the reward's settings
     path, seats = world_model_path(resources["warehouse"], POOL), resources["pool"].load().workers
-    off = _resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model)["trainer"].grpo_settings().world_model_bonus_weight
+    off = _resources(str(tmp_path / "w.duckdb"), tmp_path, tiny_model)["trainer"].recipe().grpo.world_model_bonus_weight
     assert bonus_predictor(off, path, seats) is None  # off: W is never loaded
     with pytest.raises(TrainingDataError, match="world_model_bonus_weight is on but no world model"):
         bonus_predictor(weight, path, seats)
@@ -434,7 +435,7 @@ def test_cost_weight_scores_a_costlier_route_lower_through_the_executor(gsm8k):
     costly = "model_id = [0, 1]\nsubtasks = ['solve', 'solve']\naccess_list = [[], []]"
 
     def rewards(cost_weight: float) -> list[float | None]:
-        settings = TrainerResource(cost_weight=cost_weight).grpo_settings()
+        settings = TrainerResource(cost_weight=cost_weight).recipe().grpo
         reward = make_conductor_reward(executor, settings.reward_variant, cost_weight=settings.cost_weight)
         return asyncio.run(reward([row["question_id"]] * 2, [cheap, costly], question_id=[row["question_id"]] * 2,
                                   workers=[row["workers"]] * 2))

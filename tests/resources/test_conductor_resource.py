@@ -9,6 +9,7 @@ import pytest
 import resources.conductor as conductor_module
 from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
+from conductor_pipeline.conductor.prompt import PromptSpec
 from conductor_pipeline.conductor.protocols import PolicyError
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from resources.conductor import TINY_MAX_NEW_TOKENS, ConductorPolicyResource
@@ -46,8 +47,8 @@ def test_a_checkpoint_takes_its_training_prompt_and_the_fingerprint_follows_weig
     resource = ConductorPolicyResource(n_examples=4, max_new_tokens=1024, naming="ordinal", device="cpu")
     like_resource = resource.with_checkpoint(str(model))
     assert (like_resource.n_examples, like_resource.max_new_tokens, like_resource.naming) == (4, 1024, "ordinal")
-    trained = resource.with_checkpoint(str(model), {"naming": "names", "n_examples": 0, "max_new_tokens": 80,
-                                                    "temperature": 0.7})
+    trained = resource.with_checkpoint(str(model), PromptSpec(naming="names", n_examples=0, max_new_tokens=80,
+                                                              temperature=0.7))
     assert (trained.n_examples, trained.max_new_tokens, trained.naming, trained.temperature) == (0, 80, "names", 0.7)
     assert trained.device == "cpu" and trained.arm_label == "hf:model"
 

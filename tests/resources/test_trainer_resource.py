@@ -16,6 +16,8 @@ from conductor_pipeline.training.settings import (
     SFTSettings,
     settings_help,
 )
+from conductor_pipeline.conductor.prompt import PromptSpec
+from conductor_pipeline.training.recipe import RecipeError
 from resources.conductor import ConductorPolicyResource
 from resources.trainer import GRPO_OVERRIDES, SFTOverrides, TrainerResource
 
@@ -36,17 +38,17 @@ def test_every_override_has_the_library_name_and_help_text():
 
 
 def test_empty_overrides_keep_the_profile_and_set_ones_replace_it():
-    assert TrainerResource().grpo_settings() == GRPOSettings.cpu_profile()
-    assert TrainerResource().sft_settings() == SFTSettings.cpu_profile()
+    assert TrainerResource().recipe().grpo == GRPOSettings.cpu_profile()
+    assert TrainerResource().recipe().sft == SFTSettings.cpu_profile()
     gpu = TrainerResource(profile="gpu")
-    assert gpu.grpo_settings() == GRPOSettings.gpu_profile()
-    assert gpu.sft_settings() == SFTSettings.gpu_profile()
+    assert gpu.recipe().grpo == GRPOSettings.gpu_profile()
+    assert gpu.recipe().sft == SFTSettings.gpu_profile()
 
     trainer = TrainerResource(num_generations=4, max_steps=7, sft=SFTOverrides(max_steps=5, learning_rate=0.3), seed=2)
-    settings, sft = trainer.grpo_settings(), trainer.sft_settings()
+    settings, sft = trainer.recipe().grpo, trainer.recipe().sft
     assert (settings.num_generations, settings.max_steps, settings.seed) == (4, 7, 2)
     assert (sft.max_steps, sft.learning_rate, sft.seed) == (5, 0.3, 2)
-    assert trainer.grpo_settings(steps=3).max_steps == 3  # the probe's step count wins
+    assert trainer.model_copy(update={"probe_steps": 3}).recipe().probe().max_steps == 3  # the probe's step count
     # The cpu profile's micro-batch is one whole step, so that every rollout's prompt is shared.
     assert settings.per_device_train_batch_size == settings.rollouts_per_step == 4 * settings.questions_per_step
     unchanged = {f.name for f in fields(GRPOSettings)} - {"num_generations", "max_steps", "seed", "per_device_train_batch_size"}
@@ -56,13 +58,13 @@ def test_empty_overrides_keep_the_profile_and_set_ones_replace_it():
 
 def test_the_smollm2_profile_and_lora_are_the_librarys_settings():
     smollm2 = TrainerResource(profile="cpu-smollm2")
-    assert smollm2.grpo_settings() == GRPOSettings.cpu_smollm2_profile()
-    assert smollm2.sft_settings() == SFTSettings.cpu_smollm2_profile()
-    assert smollm2.grpo_settings().policy_model == "smollm2-135m-instruct"
-    assert (smollm2.warm_start_style, smollm2.n_prompt_examples) == ("paper", 0)  # the GPU profile's style
+    assert smollm2.recipe().grpo == GRPOSettings.cpu_smollm2_profile()
+    assert smollm2.recipe().sft == SFTSettings.cpu_smollm2_profile()
+    assert smollm2.recipe().grpo.policy_model == "smollm2-135m-instruct"
+    assert (smollm2.recipe().warm_start.style, smollm2.recipe().prompt.n_examples) == ("paper", 0)  # the GPU profile's style
     lora = TrainerResource(lora_rank=8, lora_alpha=16)
-    assert lora.grpo_settings().lora == lora.sft_settings().lora == LoraSettings(rank=8, alpha=16)
-    assert TrainerResource().grpo_settings().lora.rank == 0  # full fine-tuning by default
+    assert lora.recipe().grpo.lora == lora.recipe().sft.lora == LoraSettings(rank=8, alpha=16)
+    assert TrainerResource().recipe().grpo.lora.rank == 0  # full fine-tuning by default
     lora_help = settings_help(LoraSettings)
     assert TrainerResource.model_fields["lora_rank"].description == lora_help["rank"]
     assert TrainerResource.model_fields["lora_alpha"].description == lora_help["alpha"]
@@ -70,9 +72,9 @@ def test_the_smollm2_profile_and_lora_are_the_librarys_settings():
 
 
 def test_cost_weight_reaches_the_reward_settings():
-    assert TrainerResource().grpo_settings().cost_weight == 0.0  # off by default: the paper's reward
-    assert TrainerResource(cost_weight=2.5).grpo_settings().cost_weight == 2.5
-    assert TrainerResource(profile="gpu", cost_weight=1.0).grpo_settings().cost_weight == 1.0
+    assert TrainerResource().recipe().grpo.cost_weight == 0.0  # off by default: the paper's reward
+    assert TrainerResource(cost_weight=2.5).recipe().grpo.cost_weight == 2.5
+    assert TrainerResource(profile="gpu", cost_weight=1.0).recipe().grpo.cost_weight == 1.0
 
 
 def test_one_device_setting_resolves_once_and_trl_follows_it(monkeypatch):
@@ -83,17 +85,17 @@ def test_one_device_setting_resolves_once_and_trl_follows_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpu = TrainerResource()
     assert cpu.resolved_device == "cpu" and cpu.training_device() == "cpu"
-    assert cpu.grpo_settings().use_cpu and cpu.sft_settings().use_cpu
+    assert cpu.recipe().grpo.use_cpu and cpu.recipe().sft.use_cpu
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     gpu_box = TrainerResource()  # the cpu profile on a machine with a GPU trains there
     assert gpu_box.resolved_device == "cuda"
-    assert not gpu_box.grpo_settings().use_cpu and not gpu_box.sft_settings().use_cpu
-    assert TrainerResource(device="cpu").grpo_settings().use_cpu  # pinned to the CPU all the same
-    assert not TrainerResource(device="cuda:1").grpo_settings().use_cpu
+    assert not gpu_box.recipe().grpo.use_cpu and not gpu_box.recipe().sft.use_cpu
+    assert TrainerResource(device="cpu").recipe().grpo.use_cpu  # pinned to the CPU all the same
+    assert not TrainerResource(device="cuda:1").recipe().grpo.use_cpu
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="the gpu profile needs a GPU"):
         TrainerResource(profile="gpu").training_device()
-    assert not TrainerResource(profile="gpu").grpo_settings().use_cpu  # the gpu profile never trains on a CPU
+    assert not TrainerResource(profile="gpu").recipe().grpo.use_cpu  # the gpu profile never trains on a CPU
     with pytest.raises(ValueError, match="pattern"):
         TrainerResource(device="gpu")
     # The eval conductor takes the same setting; its local policy resolves it when built (lazily loaded).
@@ -108,24 +110,24 @@ def test_one_device_setting_resolves_once_and_trl_follows_it(monkeypatch):
 def test_gpu_profile_trains_adapters_for_7b_class_policies_only():
     paper = TrainerResource(profile="gpu")  # Qwen2.5-7B-Instruct
     adapters = LoraSettings(rank=GPU_LORA_RANK, alpha=GPU_LORA_ALPHA)
-    assert paper.grpo_settings().lora == paper.sft_settings().lora == adapters
+    assert paper.recipe().grpo.lora == paper.recipe().sft.lora == adapters
     small = TrainerResource(profile="gpu", policy_model="Qwen/Qwen2.5-1.5B-Instruct")
-    assert small.grpo_settings().lora.rank == small.sft_settings().lora.rank == 0  # full fine-tuning
-    assert small.grpo_settings() == GRPOSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct")
-    assert small.sft_settings() == SFTSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct")
+    assert small.recipe().grpo.lora.rank == small.recipe().sft.lora.rank == 0  # full fine-tuning
+    assert small.recipe().grpo == GRPOSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct")
+    assert small.recipe().sft == SFTSettings.gpu_profile("Qwen/Qwen2.5-1.5B-Instruct")
     # Set fields win over the profile's choice, both ways.
-    assert TrainerResource(profile="gpu", lora_rank=0).grpo_settings().lora.rank == 0
+    assert TrainerResource(profile="gpu", lora_rank=0).recipe().grpo.lora.rank == 0
     chosen = TrainerResource(profile="gpu", policy_model="Qwen/Qwen2.5-1.5B-Instruct", lora_rank=16, lora_target_modules="q_proj,v_proj")
-    assert chosen.grpo_settings().lora == LoraSettings(rank=16, target_modules="q_proj,v_proj")
-    assert TrainerResource(lora_alpha=8).grpo_settings().lora.rank == 0  # the cpu profile has none to scale
+    assert chosen.recipe().grpo.lora == LoraSettings(rank=16, target_modules="q_proj,v_proj")
+    assert TrainerResource(lora_alpha=8).recipe().grpo.lora.rank == 0  # the cpu profile has none to scale
     assert TrainerResource.model_fields["lora_target_modules"].description == settings_help(LoraSettings)["target_modules"]
 
 
 def test_the_trainer_profile_comes_from_the_environment_unless_configured(monkeypatch):
     monkeypatch.setenv("CORYPHAEUS_TRAINER_PROFILE", "cpu-paper")
     assert TrainerResource().profile == "cpu-paper"
-    assert TrainerResource().grpo_settings() == GRPOSettings.cpu_paper_profile()
-    assert TrainerResource(profile="cpu").grpo_settings() == GRPOSettings.cpu_profile()
+    assert TrainerResource().recipe().grpo == GRPOSettings.cpu_paper_profile()
+    assert TrainerResource(profile="cpu").recipe().grpo == GRPOSettings.cpu_profile()
     monkeypatch.delenv("CORYPHAEUS_TRAINER_PROFILE")
     assert TrainerResource().profile == "cpu"
 
@@ -142,31 +144,31 @@ def test_the_overrides_keep_the_librarys_bounds():
 
 def test_constrained_decoding_is_recorded_in_the_trained_prompt_and_needs_the_lists_only_warm_start():
     trainer = TrainerResource(profile="cpu-paper", constrained_decoding=True)
-    settings = trainer.grpo_settings()
-    assert settings.constrained_decoding and trainer.trained_prompt(settings)["constrained_decoding"] is True
-    assert TrainerResource().trained_prompt(TrainerResource().grpo_settings())["constrained_decoding"] is False
-    checkpoint = ConductorPolicyResource().with_checkpoint("ckpt", trainer.trained_prompt(settings))
+    recipe = trainer.recipe()
+    assert recipe.grpo.constrained_decoding and recipe.prompt.constrained_decoding is True
+    assert TrainerResource().recipe().prompt.constrained_decoding is False
+    checkpoint = ConductorPolicyResource().with_checkpoint("ckpt", recipe.prompt)
     assert checkpoint.constrained_decoding and checkpoint.build_policy().constrained  # evaluated as trained
-    with pytest.raises(ValueError, match="synthetic_style: compact"):
-        TrainerResource(profile="cpu-smollm2", constrained_decoding=True).grpo_settings()
+    with pytest.raises(RecipeError, match="synthetic_style: compact"):
+        TrainerResource(profile="cpu-smollm2", constrained_decoding=True).recipe()
 
 
 def test_fan_outs_only_is_recorded_in_the_trained_prompt_changes_the_eval_id_and_needs_constrained_decoding(tmp_path):
     trainer = TrainerResource(profile="cpu-paper", constrained_decoding=True, fan_outs_only=True)
-    settings = trainer.grpo_settings()
-    assert trainer.trained_prompt(settings)["fan_outs_only"] is True
+    prompt = trainer.recipe().prompt
+    assert prompt.fan_outs_only is True
     (tmp_path / "model.safetensors").write_bytes(b"weights")  # what the eval id digests
-    checkpoint = ConductorPolicyResource().with_checkpoint(str(tmp_path), trainer.trained_prompt(settings))
+    checkpoint = ConductorPolicyResource().with_checkpoint(str(tmp_path), prompt)
     policy = checkpoint.build_policy(["majority-vote"])
     assert policy.constrained and policy.fan_outs_only and policy.aggregators == ("majority-vote",)
     # A record from before the knob is sampled without it, and keeps its eval id.
-    before = {k: v for k, v in trainer.trained_prompt(settings).items() if k != "fan_outs_only"}
+    before = PromptSpec.model_validate({k: v for k, v in prompt.model_dump().items() if k != "fan_outs_only"})
     old = ConductorPolicyResource().with_checkpoint(str(tmp_path), before)
     assert not old.fan_outs_only
     assert old.fingerprint() != checkpoint.fingerprint()
     assert old.fingerprint() == old.model_copy(update={"fan_outs_only": False}).fingerprint()
     with pytest.raises(ValueError, match="constrained_decoding: true"):
-        TrainerResource(profile="cpu-paper", fan_outs_only=True).grpo_settings()
+        TrainerResource(profile="cpu-paper", fan_outs_only=True).recipe()
 
 
 def test_each_seed_keeps_its_own_folders_so_seed_runs_resume_without_retraining_each_other(tmp_path):
@@ -177,6 +179,6 @@ def test_each_seed_keeps_its_own_folders_so_seed_runs_resume_without_retraining_
     for first, second in zip(*folders):
         assert first != second
     assert all(path.is_relative_to(tmp_path / POOL / "seed-1") for path in folders[1])
-    assert seeds[1].grpo_settings().seed == seeds[1].sft_settings().seed == 1
+    assert seeds[1].recipe().grpo.seed == seeds[1].recipe().sft.seed == 1
     # The folder names the arms: a seed's warm start is evaluated under the same arm name as any other's.
     assert folders[0][0].name == folders[1][0].name == "warm_start"

@@ -214,6 +214,6 @@ def test_constrained_rollouts_are_workflows_over_each_prompts_own_catalogue(mode
         named = [name for seats in catalogues for name in seats if f'"{name}"' in text]
         assert set(named) <= set(catalogues[index // GROUP]), text
 
-    plain = replace(settings, share_prompt_prefix=False)
+    # Settings that no sampler can hold are refused when they are made, before any trainer is built.
     with pytest.raises(ValueError, match="share_prompt_prefix .* or use_vllm"):
-        build_grpo_trainer(model_path, [{"prompt": p} for p in prompts], _length_reward, plain, tmp_path / "plain")
+        replace(settings, share_prompt_prefix=False)

@@ -191,6 +191,11 @@ def git_commit() -> str:
     return f"{commit}+dirty" if dirty else commit
 
 
+# The run tags of a seed run of a recipe (`python -m assets.main --seed N`, `make seeds`): which
+# trainer seed and which recipe (the trainer profile and the settings file's name) made it.
+SEED_TAG, RECIPE_TAG = "seed", "recipe"
+
+
 def run_tags(pool: str) -> dict[str, str]:
     """What tells two runs apart in the UI's run list: the pool, the code's commit, the profile, and
     the CPU whose float kernels computed it (`cpu_signature`)."""

@@ -31,6 +31,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from assets.deployment import SEED_TAG
 from assets.metadata import latest_metadata, latest_metadata_value, png_markdown, stage
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
@@ -181,10 +182,20 @@ def _conductor_resources(
 
 
 def _trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: str) -> TrainedPolicy | None:
-    """The model of `asset`'s latest materialization (its `path_field`), while it is on disk."""
+    """The model of `asset`'s latest materialization (its `path_field`), while it is on disk and was
+    trained with this run's seed: after a seed whose gate closed, the latest checkpoint is another
+    seed's, and evaluating it under this seed would count one conductor twice."""
     instance = context.instance
     path = latest_metadata_value(instance, asset, path_field)
     if path is None:
+        return None
+    seed = context.run.tags.get(SEED_TAG)
+    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    trained_with = event and instance.get_run_by_id(event.run_id)
+    trained_seed = trained_with.tags.get(SEED_TAG) if trained_with else None
+    if seed is not None and trained_seed is not None and trained_seed != seed:
+        context.log.warning(f"latest {asset} model {path} was trained with seed {trained_seed}, this run is seed {seed}; "
+                            "not evaluated")
         return None
     if not Path(str(path)).exists():
         context.log.warning(f"latest {asset} model {path} is gone; not evaluated")

@@ -47,18 +47,10 @@ from assets.dagster_internals import (
 )
 from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs
 from assets.definitions import MAIN_JOBS, definitions_for
-from assets.deployment import run_tags
+from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
-from assets.results import (
-    DEFAULT_RECIPE,
-    RECIPE_TAG,
-    RECORD_PATH,
-    SEED_TAG,
-    against_the_record,
-    eval_tables_event,
-    record_from_event,
-)
+from assets.results import DEFAULT_RECIPE, RECORD_PATH, against_the_record, eval_tables_event, record_from_event
 from assets.run_settings import RunSettings, RunSettingsError, load_run_settings
 from conductor_pipeline.locks import held_lock
 from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible

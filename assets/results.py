@@ -26,6 +26,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from assets.deployment import RECIPE_TAG, SEED_TAG
 from assets.metadata import latest_metadata
 from conductor_pipeline.evaluation.seeds import (
     POOLED_TEST,
@@ -44,8 +45,6 @@ README_PATH = PROJECT_ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # The arms the block shows, in reading order (conductor arms are added after them).
 SHOWN_ARMS = ("best_single", "random", "vote:top5", "oracle")
-# The run tags that name a seed run of a recipe (assets/main.py sets them on every run).
-SEED_TAG, RECIPE_TAG = "seed", "recipe"
 # The recipe the README records: the trainer's default profile without a settings file.
 DEFAULT_RECIPE = "cpu"
 

@@ -354,3 +354,33 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
         rerun = store.query("SELECT count(*) AS n FROM workflows WHERE run_id = $r AND arm = 'conductor:hf:checkpoint'",
                             {"r": second["run_id"]})
         assert rerun["n"][0] == 4
+
+
+def test_a_seed_run_evaluates_only_the_checkpoint_its_own_seed_trained(warehouse_path: Path, tmp_path: Path) -> None:
+    """After a seed whose gate closed, the latest checkpoint is another seed's: evaluating it under
+    this seed's tag would count one conductor as two seeds of the recipe."""
+    checkpoint = build_tiny_causal_lm(tmp_path / "checkpoint")
+
+    @dg.asset(name="conductor_checkpoint")
+    def trained() -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata={"checkpoint_path": dg.MetadataValue.path(str(checkpoint))})
+
+    def evaluated_arms(instance: dg.DagsterInstance, seed: str) -> list[str]:
+        result = dg.materialize(
+            [EVALUATION_ASSETS[0]], instance=instance, tags={"seed": seed},
+            resources={
+                "warehouse": WarehouseResource(database=str(warehouse_path)), "pool": PoolResource(pool=POOL),
+                "conductor": ConductorPolicyResource(max_new_tokens=12, n_examples=0),
+            },
+            run_config={"ops": {"eval_arms": {"config": {
+                "slice_size": 2, "world_model_router": False, "w_cascade": False, "vote_arms": False,
+                "shuffled_catalogue": False,
+            }}}},
+        )
+        assert result.success
+        return metadata(result, "eval_arms")["arms"]
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert dg.materialize([trained], instance=instance, tags={"seed": "0"}).success
+        assert "conductor:hf:checkpoint" not in evaluated_arms(instance, "1")
+        assert "conductor:hf:checkpoint" in evaluated_arms(instance, "0")

@@ -147,14 +147,15 @@ def test_the_readme_block_is_the_recorded_runs() -> None:
     assert readme_block(README_PATH.read_text()) == render_block(record), "run `make results` after `make run`"
 
 
-def test_the_block_names_the_commit_the_eval_run_and_every_conductor_pair() -> None:
+def test_the_block_names_the_commit_the_machines_the_test_and_every_pooled_verdict() -> None:
     record = json.loads(RECORD_PATH.read_text())
     block = render_block(record)
     assert record["commit"] in block and record["eval_run_id"] in block
-    trained = [p for p in record["conductor_pairs"] if "warm_start" not in p["arm"] and "@shuffled" not in p["arm"]]
-    for pair in trained:
-        if f"`{pair['reference']}`" in block:
-            assert f"{100 * pair['difference']:+.1f} [" in block
+    assert f"{len(record['seeds'])} seeds" in block and "Holm-adjusted" in block
+    assert all(run["cpu"] in block for run in record["seeds"])
+    for pair in record["pooled"]:
+        assert f"{100 * pair['difference']:+.1f} [{100 * pair['difference_low']:+.1f}" in block, pair
+        assert pair["verdict"] in block
 
 
 def test_replacing_the_block_keeps_the_rest_of_the_readme() -> None:

@@ -79,6 +79,21 @@ def record_from_instance(
     return record_from_event(instance, eval_tables_event(instance, pool, tags))
 
 
+def latest_metadata_of(
+    instance: dg.DagsterInstance, asset: str, tags: Mapping[str, str]
+) -> Mapping[str, dg.MetadataValue] | None:
+    """The metadata of `asset`'s latest materialization by a run that carries `tags` (the eval's
+    pool, recipe and seed: the gate, warm start and training behind that eval, not another seed's);
+    with no tags to match, its latest."""
+    if not tags:
+        return latest_metadata(instance, asset)
+    for record in instance.fetch_materializations(dg.AssetKey(asset), limit=1000, ascending=False).records:
+        run = instance.get_run_by_id(record.run_id)
+        if run is not None and all(run.tags.get(key) == value for key, value in tags.items()):
+            return record.event_log_entry.asset_materialization.metadata
+    return None
+
+
 def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> dict[str, object]:
     """The figures of the run whose `eval_tables` materialization is `event` (`eval_tables_event`)."""
     tables = event.asset_materialization.metadata
@@ -87,9 +102,13 @@ def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> 
     arms = pl.read_parquet(folder / f"{run_id}_arms.parquet")
     pairs = pl.read_parquet(folder / f"{run_id}_conductor_pairs.parquet")
     agreement = pl.read_parquet(folder / f"{run_id}_order_agreement.parquet")
-    probe, warm, checkpoint = (latest_metadata(instance, a) for a in ("grpo_probe_run", "warm_start_policy", "conductor_checkpoint"))
-    accuracy = {r["arm"]: {"accuracy": r["accuracy"], "parsed": r["parse_ok_share"]} for r in arms.iter_rows(named=True)}
     tags = run.tags if run else {}
+    # A seed run's gate, warm start and training are its own seed's (older runs carry no seed tag).
+    behind = {key: tags[key] for key in ("pool", RECIPE_TAG, SEED_TAG) if key in tags} if SEED_TAG in tags else {}
+    probe, warm, checkpoint = (
+        latest_metadata_of(instance, asset, behind) for asset in ("grpo_probe_run", "warm_start_policy", "conductor_checkpoint")
+    )
+    accuracy = {r["arm"]: {"accuracy": r["accuracy"], "parsed": r["parse_ok_share"]} for r in arms.iter_rows(named=True)}
     return {
         "commit": tags.get("git_commit", "unknown"),
         # The float kernels the figures came from: another CPU can train another conductor.

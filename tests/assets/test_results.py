@@ -99,6 +99,10 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
         return dg.MaterializeResult(metadata=write_seed_tables(
             tmp_path, tags["run_key"], int(tags["gain"]), int(tags["seed"])))
 
+    @dg.asset(name="warm_start_policy")
+    def warm_start_policy(context) -> dg.MaterializeResult:
+        return dg.MaterializeResult(metadata={"parse_rate_after": int(context.run.tags["gain"]) / 100})
+
     runs = [  # (recipe, seed, gain): the second seed-0 run is the latest, another recipe's runs stay out
         ("cpu", "0", 5), ("cpu", "1", 30), ("cpu", "2", 24), ("cpu", "0", 20), ("cpu+other", "1", 0),
     ]
@@ -106,9 +110,11 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
         for i, (recipe, seed, gain) in enumerate(runs):
             tags = {"pool": "replay-mixed6", "recipe": recipe, "seed": seed, "gain": str(gain), "run_key": f"eval-{i}",
                     "cpu": "Some CPU (avx2)", "git_commit": "abc"}
-            assert dg.materialize([eval_tables], instance=instance, tags=tags).success
+            assert dg.materialize([warm_start_policy, eval_tables], instance=instance, tags=tags).success
         summary = seeds_summary(instance, "replay-mixed6", "cpu")
-        assert record_from_instance(instance, "replay-mixed6", {"recipe": "cpu", "seed": "0"})["eval_run_id"] == "eval-3"
+        seed_0 = record_from_instance(instance, "replay-mixed6", {"recipe": "cpu", "seed": "0"})
+        # The warm start behind seed 0's eval is seed 0's, not the latest run's (another recipe's seed 1).
+        assert seed_0["eval_run_id"] == "eval-3" and seed_0["warm_start"]["parse_rate_after"] == 0.20
     assert [(run["seed"], run["eval_run_id"], run["cpu"]) for run in summary["seeds"]] == [
         (0, "eval-3", "Some CPU (avx2)"), (1, "eval-1", "Some CPU (avx2)"), (2, "eval-2", "Some CPU (avx2)")]
     assert summary["spread"][TRAINED]["min"] < summary["spread"][TRAINED]["max"]

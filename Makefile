@@ -60,10 +60,10 @@ CONFIG ?=
 train-paper: setup
 	CORYPHAEUS_TRAINER_PROFILE=cpu-paper $(PY) -m assets.main --pool $(POOL) $(if $(CONFIG),--config $(CONFIG))
 
-## A recipe over SEEDS (default 0 1 2 3 4): one `make run` per seed (`--seed N`: runs tagged seed and recipe,
+## A recipe over SEEDS (default 0 1 2): one `make run` per seed (`--seed N`: runs tagged seed and recipe,
 ## each seed's checkpoints kept apart, a killed seed resumes), then its verdicts pooled over the seeds
 ## (assets/seeds.py). PROFILE (e.g. cpu-paper), POOL and CONFIG pick the recipe, as for train-paper.
-SEEDS ?= 0 1 2 3 4
+SEEDS ?= 0 1 2
 PROFILE ?=
 seeds: setup
 	$(if $(PROFILE),CORYPHAEUS_TRAINER_PROFILE=$(PROFILE)) $(PY) -m assets.seeds --seeds $(SEEDS) --pool $(POOL) $(if $(CONFIG),--config $(CONFIG))

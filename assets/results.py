@@ -295,7 +295,7 @@ def render_block(record: Mapping) -> str:
     lines += [
         "",
         f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons), at 95%; it pools {n_seeds} "
-        f"seed{'s' if n_seeds > 1 else ''} and the questions every seed evaluated. Per seed: a paired bootstrap over questions.",
+        f"seed{'s' if n_seeds > 1 else ''} and the questions every seed evaluated. Per seed: the same test on that seed's questions alone.",
         *(f"With the catalogue shuffled per question, `{p['arm']}` against `{p['reference']}`: {paired_points(p)}, "
           f"{p['verdict']}." for p in twins),
         f"Seed 0: gate {three_places(gate['flat_groups'])} of {gate['groups']} probe groups (group size "

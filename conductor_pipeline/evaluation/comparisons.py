@@ -51,6 +51,7 @@ def question_scores(workflows: pl.DataFrame) -> pl.DataFrame:
         workflows.filter(~pl.col("infra_failure") & pl.col("correct").is_not_null())
         .group_by("arm", "question_id")
         .agg(pl.col("correct").cast(pl.Float64).mean().alias("score"))
+        .sort("arm", "question_id")  # group_by's order is arbitrary; the table is written as is
     )
 
 

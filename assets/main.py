@@ -375,7 +375,7 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
     if report.interrupted:
         return report
     print_headlines(instance)
-    if args.pool == default_pool_name() and tags["recipe"] == DEFAULT_RECIPE:
+    if args.pool == default_pool_name() and tags[RECIPE_TAG] == DEFAULT_RECIPE:
         print_against_the_record(instance, args.pool, tags)
     fresh = [name for plan in report.plans for name in plan.fresh]
     held = {name: why for plan in report.plans for name, why in plan.held.items()}
@@ -397,7 +397,7 @@ def print_against_the_record(instance: dg.DagsterInstance, pool: str, tags: Mapp
     if not RECORD_PATH.is_file():
         return
     try:
-        event = eval_tables_event(instance, pool, {RECIPE_TAG: tags["recipe"], SEED_TAG: tags["seed"]})
+        event = eval_tables_event(instance, pool, {key: tags[key] for key in (RECIPE_TAG, SEED_TAG)})
     except SystemExit:  # no eval of this recipe and seed (a gate closed): nothing to compare
         return
     lines = against_the_record(json.loads(RECORD_PATH.read_text()), record_from_event(instance, event)["arms"])

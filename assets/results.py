@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -28,6 +28,7 @@ import polars as pl
 
 from assets.deployment import RECIPE_TAG, SEED_TAG
 from assets.metadata import latest_metadata
+from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.evaluation.seeds import (
     POOLED_TEST,
     SeedScores,
@@ -54,6 +55,15 @@ def _value(metadata: Mapping | None, key: str) -> object:
     return None if entry is None else entry.value
 
 
+def materializations(
+    instance: dg.DagsterInstance, asset: str, limit: int = 1000
+) -> Iterator[tuple[Mapping[str, str], dg.EventLogEntry]]:
+    """(its run's tags, the event) of each of `asset`'s materializations, newest first."""
+    for record in instance.fetch_materializations(dg.AssetKey(asset), limit=limit, ascending=False).records:
+        run = instance.get_run_by_id(record.run_id)
+        yield (run.tags if run is not None else {}), record.event_log_entry
+
+
 def eval_tables_event(
     instance: dg.DagsterInstance, pool: str | None = None, tags: Mapping[str, str] | None = None
 ) -> dg.EventLogEntry:
@@ -61,11 +71,9 @@ def eval_tables_event(
     pool (and with `tags`, one whose run carries them too): an instance that also evaluated a
     checkpoint on other pool files, or other seeds, holds those evals too."""
     wanted = {**({"pool": pool} if pool is not None else {}), **(tags or {})}
-    for record in instance.fetch_materializations(dg.AssetKey("eval_tables"), limit=1000, ascending=False).records:
-        run = instance.get_run_by_id(record.run_id)
-        run_tags = run.tags if run is not None else {}
+    for run_tags, event in materializations(instance, "eval_tables"):
         if all(run_tags.get(key) == value for key, value in wanted.items()):
-            return record.event_log_entry
+            return event
     where = "" if pool is None else f" of a run on pool {pool!r}"
     where += "".join(f", {key} {value!r}" for key, value in (tags or {}).items())
     raise SystemExit(f"no eval_tables materialization{where} in $DAGSTER_HOME: run `make run` first")
@@ -87,10 +95,9 @@ def latest_metadata_of(
     with no tags to match, its latest."""
     if not tags:
         return latest_metadata(instance, asset)
-    for record in instance.fetch_materializations(dg.AssetKey(asset), limit=1000, ascending=False).records:
-        run = instance.get_run_by_id(record.run_id)
-        if run is not None and all(run.tags.get(key) == value for key, value in tags.items()):
-            return record.event_log_entry.asset_materialization.metadata
+    for run_tags, event in materializations(instance, asset):
+        if all(run_tags.get(key) == value for key, value in tags.items()):
+            return event.asset_materialization.metadata
     return None
 
 
@@ -138,13 +145,11 @@ def seed_eval_events(
     """The latest `eval_tables` materialization of each seed of `recipe` on `pool` (of `seeds` only,
     when given), by seed."""
     events: dict[int, dg.EventLogEntry] = {}
-    for record in instance.fetch_materializations(dg.AssetKey("eval_tables"), limit=10_000, ascending=False).records:
-        run = instance.get_run_by_id(record.run_id)
-        tags = run.tags if run is not None else {}
+    for tags, event in materializations(instance, "eval_tables", limit=10_000):
         if tags.get("pool") != pool or tags.get(RECIPE_TAG) != recipe or SEED_TAG not in tags:
             continue
         if seeds is None or int(tags[SEED_TAG]) in seeds:
-            events.setdefault(int(tags[SEED_TAG]), record.event_log_entry)
+            events.setdefault(int(tags[SEED_TAG]), event)
     return dict(sorted(events.items()))
 
 
@@ -242,12 +247,6 @@ def paired_points(row: Mapping) -> str:
     return f"{100 * row['difference']:+.1f} [{100 * row['difference_low']:+.1f}, {100 * row['difference_high']:+.1f}]"
 
 
-def on_cpu(record: Mapping) -> str:
-    """` on AMD EPYC (avx2)`: the CPU of a run, for records that name one (older ones do not)."""
-    cpu = record.get("cpu")
-    return f" on {cpu}" if cpu and cpu != "unknown" else ""
-
-
 def _accuracy_cell(spread: Mapping | None, value: float) -> str:
     """An arm's accuracy over the seeds: `0.464 [0.451, 0.482]` (mean, min, max), or one figure when
     every seed scored the same (the workers, the votes and the routers do not depend on the seed)."""
@@ -286,7 +285,7 @@ def render_block(record: Mapping) -> str:
             continue
         pair = next((p for p in record["pooled"] if p["arm"] == trained and p["reference"] == arm), None)
         versus = (
-            f"{paired_points(pair)} | {_p_value(pair['p_holm'])} | {pair['verdict']} | "
+            f"{paired_points(pair)} | {fmt_p(pair['p_holm'])} | {pair['verdict']} | "
             f"{', '.join(pair['per_seed_verdict'])}" if pair else " | | | "
         )
         lines.append(f"| `{arm}` | {_accuracy_cell(spread.get(arm), arms[arm]['accuracy'])} | "
@@ -310,10 +309,6 @@ def render_block(record: Mapping) -> str:
             f"{three_places(row['same_final_worker'])} of the {row['both_parsed']} questions both parsed to the same final worker."
         )
     return "\n".join(lines)
-
-
-def _p_value(value: float) -> str:
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def replace_block(readme: str, block: str) -> str:

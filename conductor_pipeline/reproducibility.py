@@ -10,7 +10,7 @@ torch, MKL, oneDNN and OpenBLAS pick their kernels by the processor's vector wid
 bits follow the kernel. `hold_vector_kernels` holds all four to AVX2 (before any of them loads), so
 a machine with AVX-512 computes what one without it does: on an AMD EPYC with AVX-512, held, the
 default run reproduced every figure of a run on an AMD EPYC without it (docs/reliability.md). The
-vendor still matters (MKL takes other paths on Intel and AMD), so each run is tagged with
+vendor still matters (an Intel Xeon held the same way trained another conductor), so each run is tagged with
 `cpu_signature` and the recorded figures name the CPU they came from; a verdict is pooled over seeds.
 """
 

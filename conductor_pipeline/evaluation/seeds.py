@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from conductor_pipeline.evaluation.comparisons import aligned_scores, question_scores
+from conductor_pipeline.evaluation.comparisons import aligned_scores
+from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.stats import (
     DEFAULT_CONFIDENCE,
     Estimate,
@@ -52,10 +53,6 @@ class SeedScores:
 
     seed: int
     scores: pl.DataFrame
-
-    @classmethod
-    def from_workflows(cls, seed: int, workflows: pl.DataFrame) -> SeedScores:
-        return cls(seed, question_scores(workflows))
 
     @property
     def arms(self) -> set[str]:
@@ -210,13 +207,10 @@ def pooled_markdown(comparisons: Sequence[PooledComparison]) -> str:
     for c in comparisons:
         per_seed = ", ".join(f"{seed}: {100 * c.per_seed[seed].value:+.1f} {c.per_seed_verdict[seed]}" for seed in c.seeds)
         interval = f"{100 * c.difference.value:+.1f} [{100 * c.difference.low:+.1f}, {100 * c.difference.high:+.1f}]"
-        rows.append(f"| `{c.arm}` | `{c.reference}` | {interval} | {_p(c.p_holm)} | {c.verdict} | {per_seed} |")
+        rows.append(f"| `{c.arm}` | `{c.reference}` | {interval} | {fmt_p(c.p_holm)} | {c.verdict} | {per_seed} |")
     seeds = sorted({seed for c in comparisons for seed in c.seeds})
     rows += ["", f"Pooled over seeds {', '.join(map(str, seeds))} on {comparisons[0].n_questions} shared questions. "
              f"Verdict: {POOLED_TEST} ({len(comparisons)} comparisons), at {1 - DEFAULT_ALPHA:.0%}; per seed: a paired "
              "bootstrap over that seed's questions, Holm-adjusted over the same comparisons."]
     return "\n".join(rows)
 
-
-def _p(value: float) -> str:
-    return "<0.001" if value < 0.001 else f"{value:.3f}"

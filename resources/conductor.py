@@ -60,6 +60,11 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         description="Show the world model's P(success) per worker next to the catalogue (a W fitted on "
         "train-split questions only); the arm is then labelled '+W'",
     )
+    ranked_catalogue: bool = Field(
+        False,
+        description="List the workers by the world model's P(success) on each question, highest first (needs "
+        "show_predicted_success); the arm is then labelled '+W-ranked'",
+    )
     constrained_decoding: bool = Field(
         False,
         description="hf_local: sample only workflows that parse against the workers each prompt shows "
@@ -96,6 +101,7 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         # arm it was before.
         later = ["constrained"] if self.constrained_decoding else []
         later += ["fan-outs-only"] if self.constrained_decoding and self.fan_outs_only else []
+        later += ["ranked"] if self.ranked_catalogue else []
         return stable_id(
             self.kind, model, self.naming, self.n_examples, self.effective_max_new_tokens, self.temperature,
             self.show_predicted_success, *later,
@@ -125,12 +131,14 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             base = f"openai:{self.model}"
         else:
             base = f"hf:{Path(self.model_path).name}" if self.model_path else "hf:tiny-conductor"
-        # The same policy with and without W's numbers in its prompt are two arms.
-        return f"{base}+W" if self.show_predicted_success else base
+        # The same policy with and without W's numbers (or their order) in its prompt are different arms.
+        if not self.show_predicted_success:
+            return base
+        return f"{base}+W-ranked" if self.ranked_catalogue else f"{base}+W"
 
     @property
     def prompt_spec(self) -> PromptSpec:
-        """How this policy is prompted and sampled, as one typed value."""
+        """How this policy is prompted and sampled, as one typed value (its rules checked)."""
         return PromptSpec(**{field: getattr(self, field) for field in TRAINED_PROMPT_FIELDS})
 
     def with_checkpoint(self, path: str, trained_prompt: PromptSpec | None = None) -> ConductorPolicyResource:
@@ -157,5 +165,5 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             self.arm_label, policy or self.build_policy(), naming=self.naming, examples=self.examples(),
             temperature=self.temperature, max_new_tokens=self.effective_max_new_tokens,
             predicted_success=predicted_success if self.show_predicted_success else None, recursive=recursive,
-            catalogue_order=catalogue_order, catalogue_seed=catalogue_seed,
+            catalogue_order=catalogue_order, catalogue_seed=catalogue_seed, ranked=self.prompt_spec.ranked_catalogue,
         )

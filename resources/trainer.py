@@ -23,7 +23,7 @@ from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN,
 from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.pools.backends.vote import MIN_VOTE_INPUTS
 from conductor_pipeline.training.dataset import TrainingSet
-from conductor_pipeline.training.gates import GATE_ON_REWARD, ZERO_VARIANCE_THRESHOLD, GateOn
+from conductor_pipeline.training.gates import GATE_ON_REWARD, GateOn
 from conductor_pipeline.training.pretrained import smollm2_model
 from conductor_pipeline.training.recipe import (
     DEFAULT_SFT_EXAMPLES,
@@ -116,18 +116,22 @@ class TrainerResource(_TrainerOverrides):
     naming: Literal["auto", "ordinal", "names"] = Field(
         "auto",
         description=f"Workers shown as 'Model 0..k' (the paper's) or by name; auto: the profile's "
-        f"({_per_profile('naming')}; the tiny CPU policy cannot learn which catalogue line a number stands for, see "
-        "benchmarks/RESULTS-learnability.md)",
+        f"({_per_profile('naming')}; by name the tiny CPU policy learns name tokens, which do not carry to other pools)",
     )
     prompt_examples: int | None = Field(
         None, ge=0,
         description=f"In-context example workflows; empty: the profile's ({_per_profile('prompt_examples')})",
     )
-    show_predicted_success: bool = Field(
-        False,
+    show_predicted_success: bool | None = Field(
+        None,
         description="Show the world model's P(success) next to each catalogue line of the training prompts (each "
         "question's numbers from a train-split W fitted without it: out of fold); the eval then shows the "
-        "trained policy its train-split W's numbers",
+        f"trained policy its train-split W's numbers; empty: the profile's ({_per_profile('show_predicted_success')})",
+    )
+    ranked_catalogue: bool | None = Field(
+        None,
+        description="List each prompt's workers by those numbers, highest first, so a position means the same "
+        f"thing in every pool (needs show_predicted_success); empty: the profile's ({_per_profile('ranked_catalogue')})",
     )
     probe_steps: int = Field(PROBE_STEPS, ge=1, description="Steps of the zero-variance probe run (enough groups to judge)")
     seed: int = Field(0, description="Seed of sampling, data order, pool randomisation and synthetic pairs")
@@ -190,8 +194,10 @@ class TrainerResource(_TrainerOverrides):
     time_limit_s: float | None = Field(
         None, gt=0, description="Stop GRPO early after this many seconds (it still writes a final checkpoint)"
     )
-    zero_variance_threshold: float = Field(
-        ZERO_VARIANCE_THRESHOLD, gt=0, le=1, description="The gate passes only if the flat-group fraction is strictly below"
+    zero_variance_threshold: float | None = Field(
+        None, gt=0, le=1,
+        description="The gate passes only if the flat-group fraction is strictly below; empty: the profile's "
+        f"({_per_profile('zero_variance_threshold')})",
     )
     gate_on: GateOn = Field(
         GATE_ON_REWARD,
@@ -210,7 +216,7 @@ class TrainerResource(_TrainerOverrides):
             lora={name: getattr(self, f"lora_{name}") for name in LORA_OVERRIDES},
             sft=self.sft.model_dump(),
             naming=None if self.naming == "auto" else self.naming, prompt_examples=self.prompt_examples,
-            show_predicted_success=self.show_predicted_success,
+            show_predicted_success=self.show_predicted_success, ranked_catalogue=self.ranked_catalogue,
             synthetic_style=None if self.synthetic_style == "auto" else self.synthetic_style,
             warm_start=WarmStartSettings(
                 enabled=self.sft_warm_start, examples=self.sft_examples, fan_out=self.fan_out_warm_start,

@@ -118,6 +118,20 @@ MIXED6 = [
     "Meta-Llama-3.1-8B-Instruct",
 ]
 QWEN25 = ["Qwen2.5-3B-Instruct", "Qwen2.5-7B-Instruct", "Qwen2.5-72B-Instruct"]
+# Pools of test models only (conductor_pipeline.pools.test_models), each recorded on all of MATH
+# level-5 and GSM8K test: the workers a trained conductor never saw. Six of five vendors from small
+# to large; the same six in another order; four others; eight with a vote seat.
+TEST_SIX = [
+    "gpt-4o-mini-2024-07-18",
+    "claude-3-haiku-20240307",
+    "gemini-1.5-flash",
+    "Meta-Llama-3.1-70B-Instruct",
+    "Mistral-Large-2",
+    "gemma-2-9b-it",
+]
+TEST_SIX_REORDERED = [TEST_SIX[i] for i in (4, 2, 5, 0, 3, 1)]
+TEST_FOUR = ["Qwen2-72B-Instruct", "Yi-1.5-34B-Chat", "Meta-Llama-3-70B-Instruct", "gemma-2-27b-it"]
+TEST_EIGHT = [*TEST_SIX, "Qwen2-72B-Instruct", "Yi-1.5-34B-Chat"]
 
 # The aggregator seat of replay-mixed6-vote: no model, so no replay source, family or price.
 VOTE_SEAT = {
@@ -227,6 +241,20 @@ def main() -> None:
             [*zeroeval_seats(MIXED6), CONDUCTOR_SEAT],
         ),
     )
+    test_pools = {
+        "replay-test-six": ("Six test models (held out of training) from five vendors", zeroeval_seats(TEST_SIX)),
+        "replay-test-six-reordered": (
+            "The six replay-test-six models listed in another order", zeroeval_seats(TEST_SIX_REORDERED)
+        ),
+        "replay-test-four": ("Four other test models (held out of training)", zeroeval_seats(TEST_FOUR)),
+        "replay-test-eight-vote": (
+            "Eight test models (held out of training) and a majority-vote aggregator seat",
+            [*zeroeval_seats(TEST_EIGHT), VOTE_SEAT],
+        ),
+    }
+    for name, (what, seats) in test_pools.items():
+        description = f"{what}; recorded by ZeroEval on all of MATH level-5 and GSM8K test, one sample per question."
+        write(POOLS_DIR / f"{name}.yaml", pool_document(name, description, seats))
     write(
         POOLS_DIR / "replay-qwen2.5.yaml",
         pool_document(

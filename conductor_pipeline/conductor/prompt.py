@@ -129,12 +129,23 @@ class PromptSpec(BaseModel):
     show_predicted_success: bool = Field(
         False, description="Each catalogue line shows the world model's P(success) of its worker on the question"
     )
+    ranked_catalogue: bool = Field(
+        False,
+        description="List the workers by the world model's P(success) on the question, highest first, so a "
+        "position means the same thing in every pool (needs show_predicted_success)",
+    )
     constrained_decoding: bool = Field(
         False, description="Sample only workflows that parse against the catalogue the prompt shows"
     )
     fan_outs_only: bool = Field(
         False, description="With constrained decoding and a vote seat: a multi-step workflow is a fan-out the vote closes"
     )
+
+    @model_validator(mode="after")
+    def _ranked_by_shown_numbers(self) -> PromptSpec:
+        if self.ranked_catalogue and not self.show_predicted_success:
+            raise ValueError("ranked_catalogue orders the workers by W's numbers: it needs show_predicted_success")
+        return self
 
 
 def write_trained_prompt(folder: str | Path, prompt: PromptSpec) -> Path:
@@ -171,6 +182,13 @@ def worker_label(entry: CatalogueEntry) -> str:
     head = re.split(r"[(,;]", entry.description, maxsplit=1)[0]
     words = head.split()[:LABEL_WORDS] or [entry.name]
     return " ".join(words)
+
+
+def rank_by_predicted_success(names: Sequence[str], predicted_success: Mapping[str, float]) -> list[str]:
+    """`names` by W's P(success), highest first; ties (and workers W has no number for, last) keep
+    their given order, so a shuffled pool breaks ties at random and a file's order is kept."""
+    position = {name: index for index, name in enumerate(names)}
+    return sorted(names, key=lambda name: (-predicted_success.get(name, -1.0), position[name]))
 
 
 def catalogue_from_pool(pool: object) -> list[CatalogueEntry]:

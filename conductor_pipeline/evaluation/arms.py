@@ -15,7 +15,7 @@ from typing import ClassVar, Literal, Protocol
 
 from conductor_pipeline.conductor.execution import one_step_workflow, workflow_key
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.conductor.prompt import build_conductor_prompt
+from conductor_pipeline.conductor.prompt import build_conductor_prompt, rank_by_predicted_success
 from conductor_pipeline.conductor.protocols import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
 from conductor_pipeline.evaluation.routers import OracleRouter
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
@@ -147,7 +147,9 @@ class ConductorArm:
     TRAIN-split W) puts W's numbers next to the catalogue; None shows none. The prompt's rules say
     what workers see according to the orchestrator's `include_question`. `recursive`: the pool
     seats the conductor, so its workflows may call this policy again; the name says so, since the
-    same policy on the same workers without that seat is another arm.
+    same policy on the same workers without that seat is another arm. `ranked` lists the workers by
+    those numbers, highest first (ties in the pool's or the shuffled order), as a policy trained on
+    ranked catalogues was prompted.
     """
 
     label: str
@@ -161,6 +163,9 @@ class ConductorArm:
     recursive: bool = False
     catalogue_order: CatalogueOrder = "pool"
     catalogue_seed: int = 0
+    ranked: bool = False
+    # question id -> W's numbers: the prompt and the parse of one answer read them once.
+    _predicted: dict[str, Mapping[str, float]] = field(default_factory=dict, init=False, repr=False, compare=False)
     PREFIX: ClassVar[str] = "conductor:"
     RECURSIVE_SUFFIX: ClassVar[str] = "+recursive"
     SHUFFLED_SUFFIX: ClassVar[str] = "@shuffled"
@@ -170,13 +175,30 @@ class ConductorArm:
         order = self.SHUFFLED_SUFFIX if self.catalogue_order == "shuffled" else ""
         return f"{self.PREFIX}{self.label}{order}{self.RECURSIVE_SUFFIX if self.recursive else ''}"
 
+    def __post_init__(self) -> None:
+        if self.ranked and self.predicted_success is None:
+            raise ValueError(f"{self.label}: a ranked catalogue is ordered by W's numbers: give predicted_success")
+
+    def predictions(self, question: Question) -> Mapping[str, float] | None:
+        """W's numbers for the question's prompt (computed once per question), or None."""
+        if self.predicted_success is None:
+            return None
+        if question.question_id not in self._predicted:
+            self._predicted[question.question_id] = self.predicted_success(question)
+        return self._predicted[question.question_id]
+
     def shown_workers(self, orchestrator: Orchestrator, question: Question) -> list[str] | None:
         """The catalogue order this arm shows for a question: None for the pool file's order; with
         `catalogue_order="shuffled"`, a permutation of the pool fixed by the question and
-        `catalogue_seed` (so every shuffled arm of a run sees the same order for the same question)."""
-        if self.catalogue_order == "pool":
+        `catalogue_seed` (so every shuffled arm of a run sees the same order for the same question);
+        `ranked`, that order sorted by W's numbers."""
+        if self.catalogue_order == "pool" and not self.ranked:
             return None
-        return shuffled_catalogue(orchestrator.worker_names, question.question_id, self.catalogue_seed)
+        shown = (
+            list(orchestrator.worker_names) if self.catalogue_order == "pool"
+            else shuffled_catalogue(orchestrator.worker_names, question.question_id, self.catalogue_seed)
+        )
+        return rank_by_predicted_success(shown, self.predictions(question) or {}) if self.ranked else shown
 
     def prompt(self, orchestrator: Orchestrator, question: Question) -> list[dict[str, str]]:
         """The chat messages this arm sends its policy for a question."""
@@ -184,8 +206,7 @@ class ConductorArm:
         shown = self.shown_workers(orchestrator, question) or list(entries)
         return build_conductor_prompt(
             question, [entries[name] for name in shown], naming=self.naming, examples=list(self.examples),
-            predicted_success=self.predicted_success(question) if self.predicted_success else None,
-            workers_see_question=orchestrator.include_question,
+            predicted_success=self.predictions(question), workers_see_question=orchestrator.include_question,
         )
 
     def sampling_seed(self, question: Question, repeat: int) -> int:

@@ -16,7 +16,7 @@ import polars as pl
 
 from conductor_pipeline.evaluation.arms import VoteArm
 from conductor_pipeline.evaluation.comparisons import DEFAULT_PAIRED, PairedSettings, aligned_scores, question_scores
-from conductor_pipeline.evaluation.routers import BestSingleRouter, RandomRouter
+from conductor_pipeline.evaluation.routers import BestSingleRouter, RandomRouter, WorldModelRouter
 from conductor_pipeline.stats import PairedComparison, compare_paired, holm_family
 
 # The vote every conductor is also held against (the strongest broadcast baseline on the default pool).
@@ -26,13 +26,15 @@ VOTE_BASELINE = f"{VoteArm.PREFIX}top5"
 def conductor_references(
     arm: str, arms: Sequence[str], started_from: Mapping[str, str], order_twins: Mapping[str, str]
 ) -> list[tuple[str, str]]:
-    """(reference, why) for one conductor arm: the best single worker, random routing, the warm
-    start it was trained from, the vote baseline, and its own pool-order twin when it is a shuffled arm."""
+    """(reference, why) for one conductor arm: the best single worker, random routing, the W-router
+    (what a conductor reading W's numbers must not lose to), the warm start it was trained from, the
+    vote baseline, and its own pool-order twin when it is a shuffled arm."""
     present = set(arms)
     twins = {shuffled: pool_order for pool_order, shuffled in order_twins.items()}
     candidates = [
         (BestSingleRouter.name, "best single worker"),
         (RandomRouter.name, "random routing"),
+        (WorldModelRouter.name, "the W-router"),
         (started_from.get(arm, ""), "its warm start"),
         (VOTE_BASELINE, "vote over the best five"),
         (twins.get(arm, ""), "the same policy, pool-file order"),

@@ -21,6 +21,7 @@ from conductor_pipeline.conductor.prompt import Naming
 from conductor_pipeline.devices import AUTO_DEVICE
 from conductor_pipeline.files import read_json_checked, write_json_atomic, write_parquet_atomic
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
+from conductor_pipeline.pools.test_models import TestModelError, refuse_test_models
 from conductor_pipeline.probing.contested import (
     ContestedRule,
     ContestedSelection,
@@ -161,13 +162,14 @@ class TrainingSet:
     pruning: dict[str, object] | None = None  # None: pruning off
     # question id -> {seat: W's out-of-fold P(success)} shown in the prompts; None: no numbers shown.
     predicted_success: dict[str, dict[str, float]] | None = None
+    ranked: bool = False  # each sub-pool listed by those numbers, highest first
 
     def prompt_rows(self, settings: GRPOSettings, questions: Sequence[Question] | None = None) -> list[dict]:
         """The GRPO dataset rows of `questions` (default: the trained ones), sub-pools anchored."""
         return pool_prompt_rows(
             self.questions if questions is None else questions, self.pool_config, settings,
             naming=self.naming, n_examples=self.n_examples, anchors=self.anchors,
-            predicted_success=self.predicted_success,
+            predicted_success=self.predicted_success, ranked=self.ranked,
         )
 
 
@@ -191,12 +193,21 @@ def build_training_set(
     prune_low: float = PRUNE_LOW,
     prune_high: float = PRUNE_HIGH,
     show_predicted_success: bool = False,
+    ranked_catalogue: bool = False,
 ) -> TrainingSet:
     """The contested questions of the pool, shown with `naming` and `n_examples`;
     `contested_subpools` anchors each question's sub-pools (`routing_anchors`); `prune_with` (a
     world model's path) drops questions it predicts every worker solves, or none does;
     `show_predicted_success` shows each catalogue line's out-of-fold W prediction
-    (`out_of_fold_prompt_success`, from the warehouse's train-split rows)."""
+    (`out_of_fold_prompt_success`, from the warehouse's train-split rows of the pool's seats) and
+    `ranked_catalogue` lists each prompt's workers by it. A pool that seats a test model is refused.
+    """
+    try:
+        refuse_test_models(pool_config)
+    except TestModelError as exc:
+        raise TrainingDataError(str(exc)) from exc
+    if ranked_catalogue and not show_predicted_success:
+        raise TrainingDataError("ranked_catalogue orders the workers by W's numbers: it needs show_predicted_success")
     questions = contested_questions(store, read_contested_manifest(contested_dir, pool_config.name))
     anchors = routing_anchors(train_pass_rates(store, pool_config)) if contested_subpools else {}
     shown = (
@@ -204,7 +215,9 @@ def build_training_set(
         if show_predicted_success else None
     )
     if prune_with is None:
-        return TrainingSet(pool_config, store, questions, naming, n_examples, anchors, predicted_success=shown)
+        return TrainingSet(
+            pool_config, store, questions, naming, n_examples, anchors, predicted_success=shown, ranked=ranked_catalogue
+        )
     model = world_model_for(prune_with, "prune_with_world_model")
     kept, skipped = prune_zero_variance(model, questions, pool_config.workers, low=prune_low, high=prune_high)
     if not kept:
@@ -215,7 +228,10 @@ def build_training_set(
         "world_model": str(prune_with), "low": prune_low, "high": prune_high,
         "contested": len(questions), "kept": len(kept), "skipped": len(skipped),
     }
-    return TrainingSet(pool_config, store, kept, naming, n_examples, anchors, skipped, summary, predicted_success=shown)
+    return TrainingSet(
+        pool_config, store, kept, naming, n_examples, anchors, skipped, summary, predicted_success=shown,
+        ranked=ranked_catalogue,
+    )
 
 
 def bonus_predictor(

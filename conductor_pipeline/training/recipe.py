@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from conductor_pipeline.conductor.prompt import Naming, PromptSpec
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
@@ -54,17 +57,30 @@ class ProfileDefaults:
     naming: Naming
     prompt_examples: int
     synthetic_style: SyntheticStyle
+    show_predicted_success: bool = False
+    ranked_catalogue: bool = False
+    zero_variance_threshold: float = ZERO_VARIANCE_THRESHOLD
 
 
 # In-context examples: the paper's 4 on GPU; none on CPU, where prompt length is the main cost of a
 # step (4 examples double SmolLM2's ~650-token prompt) and the warm start teaches the format instead.
-# Naming: the tiny CPU policy by name (it learns which names to prefer, but never learnt which
-# catalogue line an ordinal number stands for: the learnability ladder's R2 against R3), pretrained
-# models as the paper's ordinal "Model 0..k". Warm-start targets: the compact lists-only style for
-# the tiny random-weight model, the paper's shapes with a reasoning line for instruct models
-# (conductor_pipeline.training.synthetic).
+# Naming: pretrained models as the paper's ordinal "Model 0..k". The default `cpu` profile is the
+# conductor for any pool: ordinal names over a catalogue ranked by W's P(success) on the question
+# (shown on each line), sampled under constrained decoding, so "Model 0" means "the worker W rates
+# highest here" in every pool and only listed workers can be written. By name, the tiny policy learnt
+# a preference for name tokens and wrote them on pools without those workers (docs/LOG.md).
+# cpu-paper keeps names (its recorded fan-out recipe was trained that way). Warm-start targets: the
+# compact lists-only style for the tiny random-weight model, the paper's shapes with a reasoning line
+# for instruct models (conductor_pipeline.training.synthetic).
+# Ranked groups are flat more often (a policy that follows the ranking agrees with itself when W's
+# top worker is right), so its gate admits up to RANKED_ZERO_VARIANCE_THRESHOLD of flat groups.
+RANKED_ZERO_VARIANCE_THRESHOLD = 0.35
 PROFILES: dict[str, ProfileDefaults] = {
-    "cpu": ProfileDefaults(TINY_POLICY, GRPOSettings.cpu_profile, SFTSettings.cpu_profile, "names", 0, "compact"),
+    "cpu": ProfileDefaults(
+        TINY_POLICY, partial(GRPOSettings.cpu_profile, constrained_decoding=True), SFTSettings.cpu_profile,
+        "ordinal", 0, "compact", show_predicted_success=True, ranked_catalogue=True,
+        zero_variance_threshold=RANKED_ZERO_VARIANCE_THRESHOLD,
+    ),
     "cpu-paper": ProfileDefaults(
         TINY_POLICY, GRPOSettings.cpu_paper_profile, SFTSettings.cpu_profile, "names", 0, "compact"
     ),
@@ -73,6 +89,14 @@ PROFILES: dict[str, ProfileDefaults] = {
     ),
     "gpu": ProfileDefaults(PAPER_POLICY, GRPOSettings.gpu_profile, SFTSettings.gpu_profile, "ordinal", 4, "paper"),
 }
+
+
+def _or(override: bool | None, default: bool) -> bool:
+    return default if override is None else override
+
+
+def _with_threshold(gate: GateSettings, profile_threshold: float) -> GateSettings:
+    return gate if gate.zero_variance_threshold is not None else replace(gate, zero_variance_threshold=profile_threshold)
 
 
 class RecipeError(ValueError):
@@ -108,7 +132,7 @@ class GateSettings:
     """The zero-variance probe and the rule that opens the gate to training."""
 
     probe_steps: int = PROBE_STEPS
-    zero_variance_threshold: float = ZERO_VARIANCE_THRESHOLD
+    zero_variance_threshold: float | None = None  # None: the profile's (`ProfileDefaults`)
     gate_on: GateOn = GATE_ON_REWARD
 
 
@@ -134,6 +158,8 @@ class Recipe:
     def problems(self) -> list[str]:
         """Every rule between the recipe's parts it breaks, each with what to set."""
         grpo, problems = self.grpo, []  # GRPO's own rules hold already (GRPOSettings.__post_init__)
+        if self.gate.zero_variance_threshold is None:
+            problems.append("the gate has no zero_variance_threshold: build recipes with Recipe.from_profile")
         if grpo.constrained_decoding and self.warm_start.style != "compact":
             problems.append(f"constrained_decoding samples the three lists alone, but the warm start's style is "
                             f"{self.warm_start.style!r}, which writes text before them: set synthetic_style: compact")
@@ -171,7 +197,8 @@ class Recipe:
         sft: Mapping[str, Any] | None = None,
         naming: Naming | None = None,
         prompt_examples: int | None = None,
-        show_predicted_success: bool = False,
+        show_predicted_success: bool | None = None,
+        ranked_catalogue: bool | None = None,
         synthetic_style: SyntheticStyle | None = None,
         warm_start: WarmStartSettings | None = None,  # its style is `synthetic_style` (None: the profile's)
         data: DataSettings | None = None,
@@ -203,16 +230,20 @@ class Recipe:
         sft_settings = replace(sft_base, seed=seed, use_cpu=use_cpu and profile != "gpu", lora=adapters,
                                **{k: v for k, v in (sft or {}).items() if v is not None})
         style = synthetic_style or defaults.synthetic_style
-        prompt = PromptSpec(
-            naming=naming or defaults.naming,
-            n_examples=defaults.prompt_examples if prompt_examples is None else prompt_examples,
-            max_new_tokens=grpo_settings.max_completion_length, temperature=grpo_settings.temperature,
-            show_predicted_success=show_predicted_success, constrained_decoding=grpo_settings.constrained_decoding,
-            fan_outs_only=grpo_settings.fan_outs_only,
-        )
+        try:
+            prompt = PromptSpec(
+                naming=naming or defaults.naming,
+                n_examples=defaults.prompt_examples if prompt_examples is None else prompt_examples,
+                max_new_tokens=grpo_settings.max_completion_length, temperature=grpo_settings.temperature,
+                show_predicted_success=_or(show_predicted_success, defaults.show_predicted_success),
+                ranked_catalogue=_or(ranked_catalogue, defaults.ranked_catalogue),
+                constrained_decoding=grpo_settings.constrained_decoding, fan_outs_only=grpo_settings.fan_outs_only,
+            )
+        except ValidationError as exc:
+            raise RecipeError("; ".join(error["msg"] for error in exc.errors())) from exc
         return cls(
             profile=profile, grpo=grpo_settings, sft=sft_settings, prompt=prompt,
             warm_start=replace(warm_start or WarmStartSettings(), style=style), data=data or DataSettings(),
-            gate=gate or GateSettings(),
+            gate=_with_threshold(gate or GateSettings(), defaults.zero_variance_threshold),
             max_depth=max_depth, time_limit_s=time_limit_s,
         )

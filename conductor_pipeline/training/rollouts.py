@@ -18,6 +18,7 @@ from conductor_pipeline.conductor.prompt import (
     catalogue_from_pool,
     default_examples,
     displayed_worker_names,
+    rank_by_predicted_success,
 )
 from conductor_pipeline.conductor.protocols import BatchingPolicy, ConductorPolicy, PolicyOutput
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH
@@ -44,6 +45,7 @@ def conductor_prompt_rows(
     seed: int = 0,
     question_id: Callable[[Any], str] = lambda q: q.question_id,
     must_show: Callable[[Any], Sequence[Sequence[str]]] | None = None,
+    order: Callable[[Any, list[str]], list[str]] | None = None,
 ) -> list[dict]:
     """One GRPO dataset row per question: `prompt` (chat messages), `question_id`, `workers`.
 
@@ -52,7 +54,8 @@ def conductor_prompt_rows(
     `workers` records exactly what that prompt displayed, which the reward's parser must use.
     `must_show(question)` gives groups of workers; each random subset then holds one worker of
     every (non-empty) group, e.g. (solvers, failers) so that a contested question stays contested
-    in the sub-pool it is shown with (see `routing_anchors`).
+    in the sub-pool it is shown with (see `routing_anchors`). `order(question, shown)` then
+    reorders what is shown (e.g. ranked by W's numbers), after the shuffle.
     """
     rng = random.Random(seed)
     rows = []
@@ -71,6 +74,8 @@ def conductor_prompt_rows(
                 rest = [w for w in shown if w not in anchors]
                 shown = anchors[:size] + rng.sample(rest, max(0, size - len(anchors)))
                 rng.shuffle(shown)  # anchors at fixed positions would teach position, not routing
+        if order is not None:
+            shown = order(question, shown)
         rows.append(
             {"prompt": build_messages(question, shown), "question_id": question_id(question), "workers": shown}
         )
@@ -89,13 +94,16 @@ def pool_prompt_rows(
     n_examples: int,
     anchors: Mapping[str, tuple[list[str], list[str]]] | None = None,
     predicted_success: Mapping[str, Mapping[str, float]] | None = None,
+    ranked: bool = False,
 ) -> list[dict]:
     """GRPO dataset rows of the pool's conductor prompts: each question with the (possibly random)
     sub-pool its prompt shows; with `anchors`, that sub-pool holds one of the question's best and
     one of its worst workers (`routing_anchors`). Seats that cannot answer alone (a vote, the
     conductor itself) are shown like any other, in some sub-pools and not others, but never without
     a seat that can answer. `predicted_success` (question id -> {seat: P(success)}) puts the world
-    model's numbers next to the catalogue lines."""
+    model's numbers next to the catalogue lines; `ranked` lists each sub-pool by them, highest first."""
+    if ranked and predicted_success is None:
+        raise ValueError("a ranked catalogue is ordered by W's numbers: give predicted_success")
     catalogue = {entry.name: entry for entry in catalogue_from_pool(pool_config)}
     examples = default_examples(n_examples)
     solo = pool_config.solo_worker_names
@@ -111,6 +119,9 @@ def pool_prompt_rows(
         groups = anchors.get(question.question_id, ()) if anchors else ()
         return groups or ((solo,) if needs_solver else ())
 
+    def by_predicted_success(question: Question, shown: list[str]) -> list[str]:
+        return rank_by_predicted_success(shown, predicted_success.get(question.question_id, {}))  # type: ignore[union-attr]
+
     return conductor_prompt_rows(
         questions,
         pool_config.worker_names,
@@ -119,6 +130,7 @@ def pool_prompt_rows(
         min_pool_size=settings.min_pool_size,
         seed=settings.seed,
         must_show=must_show if anchors or needs_solver else None,
+        order=by_predicted_success if ranked else None,
     )
 
 

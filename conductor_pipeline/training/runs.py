@@ -344,9 +344,10 @@ def grpo_run_key(
     """What a GRPO run is made of: its settings but its length (a longer run of the same recipe
     continues the shorter one), how its prompts show the pool, the pool file, the questions it
     trains on and the weights it starts from. A run keyed the same resumes; any other starts afresh."""
+    ranked = ["ranked"] if training.ranked else []  # joins the key only when on: older runs keep theirs
     return stable_id(
         run_recipe(settings), naming, n_examples, contested_subpools, training.pruning,
-        training.predicted_success,
+        training.predicted_success, *ranked,
         training.pool_config.model_dump_json(), sorted(q.question_id for q in training.questions),
         policy_fingerprint(start_policy),
     )[:16]

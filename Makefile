@@ -40,9 +40,12 @@ setup: $(VENV)/.installed
 	test -f $(DAGSTER_HOME)/dagster.yaml || cp data/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
 ## Materialize what is missing or stale in the asset graph on the embedded default pool, headless,
-## and print the headline tables. A second run with nothing changed recomputes nothing.
+## and print the headline tables; then evaluate the trained conductor on UNSEEN_POOL, six test models
+## it never saw (assets/evaluate_checkpoint.py --trained). A second run with nothing changed recomputes nothing.
+UNSEEN_POOL ?= replay-test-six
 run: setup
 	$(PY) -m assets.main
+	$(PY) -m assets.evaluate_checkpoint --trained --pool $(UNSEEN_POOL)
 
 ## Record the latest run's figures (docs/results/default-run.json) and rewrite the README's results block.
 results: setup

@@ -1,11 +1,19 @@
 """Evaluate a trained conductor checkpoint on any pool file, prompted as it was trained.
 
     .venv/bin/python -m assets.evaluate_checkpoint CHECKPOINT --pool POOL [--slice-size N]
+    .venv/bin/python -m assets.evaluate_checkpoint --trained [--seed N] --pool POOL
+
+`--trained` evaluates the latest `make run`'s trained conductor and its warm start (of seed N,
+when given) instead of a folder: its runs carry the training run's recipe and seed tags, so
+`make seeds` pools its verdicts on POOL over the seeds like the default pool's. `make run` ends
+with it on UNSEEN_POOL, six test models no part of the conductor's training saw.
 
 The paper trains on randomised pools so that a conductor routes over worker sets it has not seen;
 this asks whether one did. POOL is a name under data/pools/ or a path to any pool file: other
 workers, the same workers in another order. The pool's corpora and probes are brought up to date as
-`make run` would (only what is missing or stale runs: free on replay pools, paid on hosted ones),
+`make run` would (only what is missing or stale runs: free on replay pools, paid on hosted ones;
+a pool file with a blank description, a repeated name or a replay seat without recordings is
+refused first, naming the file and the worker),
 then `eval_job` runs with the checkpoint as its one conductor arm, in the pool file's order and
 shuffled per question, beside every worker alone, the routers and the votes, and the headline tables
 are printed. The checkpoint is prompted as its folder records it was trained
@@ -23,9 +31,12 @@ from pathlib import Path
 import dagster as dg
 
 from assets.definitions import definitions_for
-from assets.deployment import run_tags
+from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
 from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
+from assets.results import UNSEEN_POOL, materializations
 from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, read_trained_prompt
+from conductor_pipeline.pools.backends.replay import unrecorded_seats
+from conductor_pipeline.pools.config import PoolConfig, PoolConfigError, load_pool, pool_path
 from conductor_pipeline.reproducibility import DEFAULT_TORCH_THREADS, make_reproducible
 
 # The jobs that bring a pool's questions and probes up to date before its evaluation.
@@ -33,14 +44,38 @@ SETUP_JOBS = ("corpora_job", "probe_job")
 EVAL_JOB = "eval_job"
 # The headlines of this command: the eval tables only.
 EVAL_HEADLINES = ("eval_tables",)
+CHECKPOINT_ASSET = "conductor_checkpoint"
 
 
-def eval_arms_config(checkpoint: Path, slice_size: int | None = None) -> dict[str, object]:
-    """`eval_arms`' config: the checkpoint as the only conductor arm."""
+def checked_pool(name_or_path: str) -> PoolConfig:
+    """The pool file, refused (PoolConfigError, naming the file and the workers) when it cannot be
+    evaluated: invalid, or with replay seats whose model has no recordings."""
+    pool = load_pool(name_or_path)
+    missing = unrecorded_seats(pool.workers)
+    if missing:
+        seats = ", ".join(f"{name} (model {model!r})" for name, model in missing.items())
+        raise PoolConfigError(f"{pool_path(name_or_path)}: no recordings for replay workers {seats}")
+    return pool
+
+
+def trained_run_tags(instance: dg.DagsterInstance, seed: int | None = None) -> dict[str, str]:
+    """The recipe and seed tags of the run behind the latest trained conductor (of `seed`, when
+    given): the eval of that conductor on another pool carries them too."""
+    for tags, _ in materializations(instance, CHECKPOINT_ASSET, limit=10_000):
+        if seed is None or tags.get(SEED_TAG) == str(seed):
+            return {key: tags[key] for key in (RECIPE_TAG, SEED_TAG) if key in tags}
+    which = "" if seed is None else f" of seed {seed}"
+    raise SystemExit(f"no trained conductor{which} in $DAGSTER_HOME: run `make run` first")
+
+
+def eval_arms_config(checkpoint: Path | None, slice_size: int | None = None) -> dict[str, object]:
+    """`eval_arms`' config: the checkpoint as the only conductor arm; with None, the latest trained
+    conductor and its warm start (the default run's arms, so the warm start is paired too)."""
+    trained = checkpoint is None
     config: dict[str, object] = {
-        "conductor_checkpoints": [str(checkpoint)],
-        "use_trained_checkpoint": False,
-        "use_warm_start_policy": False,
+        "conductor_checkpoints": [] if trained else [str(checkpoint)],
+        "use_trained_checkpoint": trained,
+        "use_warm_start_policy": trained,
         "use_conductor_resource": False,
     }
     if slice_size is not None:
@@ -51,7 +86,7 @@ def eval_arms_config(checkpoint: Path, slice_size: int | None = None) -> dict[st
 def evaluate_checkpoint(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
-    checkpoint: Path,
+    checkpoint: Path | None,
     *,
     tags: dict[str, str],
     slice_size: int | None = None,
@@ -59,7 +94,8 @@ def evaluate_checkpoint(
     out: Callable[[str], object] = print,
 ) -> MainRunReport:
     """The setup jobs on what is missing or stale, then `eval_job` with the checkpoint as its one
-    conductor arm; `op_config` adds config of other ops (e.g. a smaller probe in tests)."""
+    conductor arm (None: the latest trained conductor and its warm start); `op_config` adds config
+    of other ops (e.g. a smaller probe in tests)."""
     extra = dict(op_config or {})
 
     def run_config(job: dg.JobDefinition, assets: Sequence[str]) -> dict:
@@ -79,24 +115,38 @@ def evaluate_checkpoint(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint folder (e.g. .../grpo/<run>/checkpoint-24)")
-    parser.add_argument("--pool", required=True, help="pool name under data/pools/ or a path to a pool file")
+    parser.add_argument("checkpoint", type=Path, nargs="?", help="a checkpoint folder (e.g. .../grpo/<run>/checkpoint-24)")
+    parser.add_argument("--trained", action="store_true", help="the latest trained conductor and its warm start")
+    parser.add_argument("--seed", type=int, default=None, help="with --trained: the conductor trained with this seed")
+    parser.add_argument("--pool", default=UNSEEN_POOL,
+                        help=f"pool name under data/pools/ or a path to a pool file (default {UNSEEN_POOL}: test models)")
     parser.add_argument("--slice-size", type=int, default=None, help="eval questions (default: eval_arms' default)")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS)
     args = parser.parse_args(argv)
-    checkpoint = args.checkpoint.resolve()
-    if not (checkpoint / "config.json").is_file():
-        parser.error(f"{checkpoint} is not a model folder (no config.json)")
-    prompt = read_trained_prompt(checkpoint)
-    if prompt is None:
-        print(f"warning: no {TRAINED_PROMPT_FILE} in {checkpoint} or its parent: prompted like the conductor resource")
-    else:
-        print(f"prompted as trained: {prompt}")
+    if args.trained == (args.checkpoint is not None):
+        parser.error("give a checkpoint folder or --trained, not both")
+    try:
+        checked_pool(args.pool)
+    except PoolConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    checkpoint = None if args.trained else args.checkpoint.resolve()
+    if checkpoint is not None:
+        if not (checkpoint / "config.json").is_file():
+            parser.error(f"{checkpoint} is not a model folder (no config.json)")
+        prompt = read_trained_prompt(checkpoint)
+        if prompt is None:
+            print(f"warning: no {TRAINED_PROMPT_FILE} in {checkpoint} or its parent: prompted like the conductor resource")
+        else:
+            print(f"prompted as trained: {prompt}")
     make_reproducible(torch_threads=args.torch_threads)
     instance = dg.DagsterInstance.get()
-    report = evaluate_checkpoint(
-        definitions_for(args.pool), instance, checkpoint, tags=run_tags(args.pool), slice_size=args.slice_size
-    )
+    tags = run_tags(args.pool)
+    if checkpoint is None:
+        tags.update(trained_run_tags(instance, args.seed))
+        print(f"\n######## the trained conductor ({', '.join(f'{k} {v}' for k, v in tags.items() if k in (RECIPE_TAG, SEED_TAG))}) "
+              f"on {args.pool}, workers it never saw")
+    report = evaluate_checkpoint(definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size)
     print_headlines(instance, assets=EVAL_HEADLINES)
     if report.failed:
         print(f"\nFAILED steps: {', '.join(report.failed)}")

@@ -45,9 +45,12 @@ RECORD_PATH = PROJECT_ROOT / "docs" / "results" / "default-run.json"
 README_PATH = PROJECT_ROOT / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # The arms the block shows, in reading order (conductor arms are added after them).
-SHOWN_ARMS = ("best_single", "random", "vote:top5", "oracle")
+SHOWN_ARMS = ("best_single", "random", "w_router", "vote:top5", "oracle")
 # The recipe the README records: the trainer's default profile without a settings file.
 DEFAULT_RECIPE = "cpu"
+# The pool of test models (held out of training) `make run` and `make seeds` evaluate the trained
+# conductor on after the default pool (data/pools/, `assets.evaluate_checkpoint --trained`).
+UNSEEN_POOL = "replay-test-six"
 
 
 def _value(metadata: Mapping | None, key: str) -> object:
@@ -263,19 +266,12 @@ def _machines(seeds: Sequence[Mapping]) -> str:
     return "; ".join(f"seed{'s' if len(ids) > 1 else ''} {', '.join(ids)} on {cpu}" for cpu, ids in by_cpu.items())
 
 
-def render_block(record: Mapping) -> str:
-    """The README block: the default recipe's arms over its seeds, the trained conductor's verdicts
-    pooled over them (and each seed's), tied to the commit, the CPUs and the seed-0 eval run."""
-    gate, warm, training = record["gate"], record["warm_start"], record["training"]
-    arms, seeds, spread = record["arms"], record["seeds"], record["spread"]
+def arms_table(arms: Mapping, spread: Mapping, pooled: Sequence[Mapping]) -> list[str]:
+    """The block's table of one pool: the reference arms and every conductor arm over the seeds,
+    and the trained conductor's pooled verdict against each reference."""
     conductors = sorted(arm for arm in arms if arm.startswith("conductor:"))
     trained = next(iter(trained_arms(conductors)), None)
-    n_seeds = len(seeds)
     lines = [
-        f"From `make seeds` ({n_seeds} seed{'s' if n_seeds > 1 else ''} of the default recipe; {_machines(seeds)}) at "
-        f"commit `{record['commit']}`, {record['questions']} MATH level-5 eval questions (seed 0's eval run "
-        f"`{record['eval_run_id']}`); `make results` wrote this block from those runs.",
-        "",
         "| arm | accuracy (mean [min, max] over seeds) | parsed | the trained conductor against it (pts, 95% CI) "
         "| p (Holm) | verdict | verdicts per seed |",
         "|---|---:|---:|---|---:|---|---|",
@@ -283,20 +279,52 @@ def render_block(record: Mapping) -> str:
     for arm in [*SHOWN_ARMS, *conductors]:
         if arm not in arms:
             continue
-        pair = next((p for p in record["pooled"] if p["arm"] == trained and p["reference"] == arm), None)
+        pair = next((p for p in pooled if p["arm"] == trained and p["reference"] == arm), None)
         versus = (
             f"{paired_points(pair)} | {fmt_p(pair['p_holm'])} | {pair['verdict']} | "
             f"{', '.join(pair['per_seed_verdict'])}" if pair else " | | | "
         )
         lines.append(f"| `{arm}` | {_accuracy_cell(spread.get(arm), arms[arm]['accuracy'])} | "
                      f"{three_places(arms[arm]['parsed'])} | {versus} |")
-    twins = [p for p in record["pooled"] if "@" in p["arm"]]
+    return lines
+
+
+def _twin_lines(pooled: Sequence[Mapping]) -> list[str]:
+    return [f"With the catalogue shuffled per question, `{p['arm']}` against `{p['reference']}`: {paired_points(p)}, "
+            f"{p['verdict']}." for p in pooled if "@" in p["arm"]]
+
+
+def render_block(record: Mapping) -> str:
+    """The README block: the default recipe's arms over its seeds, the trained conductor's verdicts
+    pooled over them (and each seed's), tied to the commit, the CPUs and the seed-0 eval run; then
+    the same on the pool of test models it never saw, when the record has it."""
+    gate, warm, training = record["gate"], record["warm_start"], record["training"]
+    seeds = record["seeds"]
+    n_seeds = len(seeds)
+    lines = [
+        f"From `make seeds` ({n_seeds} seed{'s' if n_seeds > 1 else ''} of the default recipe; {_machines(seeds)}) at "
+        f"commit `{record['commit']}`, {record['questions']} MATH level-5 eval questions (seed 0's eval run "
+        f"`{record['eval_run_id']}`); `make results` wrote this block from those runs.",
+        "",
+        f"On the default pool, `{record.get('pool', default_pool_name())}` (the workers it was trained with):",
+        "",
+        *arms_table(record["arms"], record["spread"], record["pooled"]),
+    ]
+    unseen = record.get("unseen_pool")
+    if unseen:
+        lines += [
+            "",
+            f"On `{unseen['pool']}`, test models no part of its training saw ({unseen['questions']} questions; "
+            f"seed 0's eval run `{unseen['eval_run_id']}`):",
+            "",
+            *arms_table(unseen["arms"], unseen["spread"], unseen["pooled"]),
+        ]
     lines += [
         "",
-        f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons), at 95%; it pools {n_seeds} "
+        f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons per pool), at 95%; it pools {n_seeds} "
         f"seed{'s' if n_seeds > 1 else ''} and the questions every seed evaluated. Per seed: the same test on that seed's questions alone.",
-        *(f"With the catalogue shuffled per question, `{p['arm']}` against `{p['reference']}`: {paired_points(p)}, "
-          f"{p['verdict']}." for p in twins),
+        *_twin_lines(record["pooled"]),
+        *(f"On `{unseen['pool']}`: {line[0].lower()}{line[1:]}" for line in (_twin_lines(unseen["pooled"]) if unseen else [])),
         f"Seed 0: gate {three_places(gate['flat_groups'])} of {gate['groups']} probe groups (group size "
         f"{gate['group_size']}) had equal rewards, {three_places(gate['same_correctness'])} one correctness. Warm start: "
         f"parse rate {three_places(warm['parse_rate_before'])} -> {three_places(warm['parse_rate_after'])}, its picks against "
@@ -337,7 +365,15 @@ def main(argv: list[str] | None = None) -> int:
     instance = dg.DagsterInstance.get()
     record = record_from_instance(instance, pool, {RECIPE_TAG: DEFAULT_RECIPE, SEED_TAG: "0"})
     summary = seeds_summary(instance, pool, DEFAULT_RECIPE)
-    record.update({key: summary[key] for key in ("recipe", "seeds", "spread", "pooled")})
+    record.update({"pool": pool, **{key: summary[key] for key in ("recipe", "seeds", "spread", "pooled")}})
+    unseen = record_from_instance(instance, UNSEEN_POOL, {RECIPE_TAG: DEFAULT_RECIPE, SEED_TAG: "0"})
+    unseen_summary = seeds_summary(instance, UNSEEN_POOL, DEFAULT_RECIPE)
+    record["unseen_pool"] = {
+        "pool": UNSEEN_POOL, "questions": unseen["questions"], "eval_run_id": unseen["eval_run_id"],
+        "arms": unseen["arms"], "conductor_pairs": unseen["conductor_pairs"],
+        "order_agreement": unseen["order_agreement"],
+        **{key: unseen_summary[key] for key in ("seeds", "spread", "pooled")},
+    }
     RECORD_PATH.parent.mkdir(parents=True, exist_ok=True)
     RECORD_PATH.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     README_PATH.write_text(replace_block(README_PATH.read_text(), render_block(record)))

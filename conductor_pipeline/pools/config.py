@@ -70,7 +70,7 @@ class WorkerSeat(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$", description="Unique within the pool")
     backend: Backend
     model: str = Field(description="Served model id; for replay, the recorded model's name")
-    description: str = Field(min_length=1, description="One catalogue line shown to the conductor")
+    description: str = Field(pattern=r"\S", description="One catalogue line shown to the conductor (not blank)")
     endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible API (…/v1)")
     api_key_env: str | None = Field(
         None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="Name of the environment variable holding the key"

@@ -38,7 +38,7 @@ def test_every_override_has_the_library_name_and_help_text():
 
 
 def test_empty_overrides_keep_the_profile_and_set_ones_replace_it():
-    assert TrainerResource().recipe().grpo == GRPOSettings.cpu_profile()
+    assert TrainerResource().recipe().grpo == GRPOSettings.cpu_profile(constrained_decoding=True)  # the cpu profile samples constrained
     assert TrainerResource().recipe().sft == SFTSettings.cpu_profile()
     gpu = TrainerResource(profile="gpu")
     assert gpu.recipe().grpo == GRPOSettings.gpu_profile()
@@ -52,7 +52,7 @@ def test_empty_overrides_keep_the_profile_and_set_ones_replace_it():
     # The cpu profile's micro-batch is one whole step, so that every rollout's prompt is shared.
     assert settings.per_device_train_batch_size == settings.rollouts_per_step == 4 * settings.questions_per_step
     unchanged = {f.name for f in fields(GRPOSettings)} - {"num_generations", "max_steps", "seed", "per_device_train_batch_size"}
-    cpu = GRPOSettings.cpu_profile()
+    cpu = GRPOSettings.cpu_profile(constrained_decoding=True)
     assert all(getattr(settings, name) == getattr(cpu, name) for name in unchanged)
 
 
@@ -127,7 +127,7 @@ def test_the_trainer_profile_comes_from_the_environment_unless_configured(monkey
     monkeypatch.setenv("CORYPHAEUS_TRAINER_PROFILE", "cpu-paper")
     assert TrainerResource().profile == "cpu-paper"
     assert TrainerResource().recipe().grpo == GRPOSettings.cpu_paper_profile()
-    assert TrainerResource(profile="cpu").recipe().grpo == GRPOSettings.cpu_profile()
+    assert TrainerResource(profile="cpu").recipe().grpo == GRPOSettings.cpu_profile(constrained_decoding=True)
     monkeypatch.delenv("CORYPHAEUS_TRAINER_PROFILE")
     assert TrainerResource().profile == "cpu"
 
@@ -146,7 +146,7 @@ def test_constrained_decoding_is_recorded_in_the_trained_prompt_and_needs_the_li
     trainer = TrainerResource(profile="cpu-paper", constrained_decoding=True)
     recipe = trainer.recipe()
     assert recipe.grpo.constrained_decoding and recipe.prompt.constrained_decoding is True
-    assert TrainerResource().recipe().prompt.constrained_decoding is False
+    assert TrainerResource(profile="cpu-paper").recipe().prompt.constrained_decoding is False
     checkpoint = ConductorPolicyResource().with_checkpoint("ckpt", recipe.prompt)
     assert checkpoint.constrained_decoding and checkpoint.build_policy().constrained  # evaluated as trained
     with pytest.raises(RecipeError, match="synthetic_style: compact"):
@@ -182,3 +182,19 @@ def test_each_seed_keeps_its_own_folders_so_seed_runs_resume_without_retraining_
     assert seeds[1].recipe().grpo.seed == seeds[1].recipe().sft.seed == 1
     # The folder names the arms: a seed's warm start is evaluated under the same arm name as any other's.
     assert folders[0][0].name == folders[1][0].name == "warm_start"
+
+
+def test_the_default_recipe_reads_a_ranked_catalogue_and_a_profile_keeps_its_own_gate():
+    recipe = TrainerResource(profile="cpu").recipe()
+    assert recipe.prompt == PromptSpec(
+        naming="ordinal", n_examples=0, max_new_tokens=80, show_predicted_success=True, ranked_catalogue=True,
+        constrained_decoding=True,
+    )
+    assert recipe.gate.zero_variance_threshold == 0.35
+    paper = TrainerResource(profile="cpu-paper").recipe()
+    assert not paper.prompt.ranked_catalogue and paper.gate.zero_variance_threshold == 0.20
+    assert TrainerResource(profile="cpu", zero_variance_threshold=0.1).recipe().gate.zero_variance_threshold == 0.1
+    with pytest.raises(RecipeError, match="needs show_predicted_success"):
+        TrainerResource(profile="cpu", show_predicted_success=False).recipe()
+    unranked = TrainerResource(profile="cpu", ranked_catalogue=False).recipe().prompt
+    assert unranked.show_predicted_success and not unranked.ranked_catalogue

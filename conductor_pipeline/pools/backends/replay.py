@@ -17,6 +17,7 @@ Two sources:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import json
 import random
 from dataclasses import dataclass
@@ -105,6 +106,22 @@ def zeroeval_models(path: str | Path | None = None) -> pl.DataFrame:
         .fill_null(0)
         .sort("model_file")
     )
+
+
+def unrecorded_seats(seats: Sequence[WorkerSeat], data_path: str | Path | None = None) -> dict[str, str]:
+    """{seat name: its model} of the replay seats whose source holds no recording of their model:
+    what a pool file is refused for before anything is probed, trained or written."""
+    known: dict[str, set[str]] = {}
+    for source in sorted({seat.replay_source for seat in seats if seat.is_replay and seat.replay_source}):
+        if source == "zeroeval":
+            models = zeroeval_models(data_path)
+            known[source] = set(models["model_file"].to_list()) | set(models["ze_model_name"].to_list())
+        else:
+            known[source] = set(routerdc_models(data_path))
+    return {
+        seat.name: seat.model for seat in seats
+        if seat.is_replay and seat.replay_source and seat.model not in known[seat.replay_source]
+    }
 
 
 def only_output(raw: str) -> str:

@@ -106,3 +106,21 @@ def test_recursion_prompt_shows_parent_and_answer_and_offers_the_pass_through():
 def test_recursion_prompt_takes_text_and_says_when_there_is_no_answer():
     _, user = build_recursion_prompt("Q", CATALOGUE, "model_id = [0]\nsubtasks = ['x']\naccess_list = [[]]", None)
     assert "subtasks = ['x']" in user["content"] and "no answer" in user["content"]
+
+
+def test_a_ranked_catalogue_lists_workers_by_predicted_success_keeping_the_given_order_for_ties():
+    from conductor_pipeline.conductor.prompt import rank_by_predicted_success
+
+    names = ["c", "a", "b", "d"]
+    assert rank_by_predicted_success(names, {"a": 0.2, "b": 0.9, "c": 0.2, "d": 0.5}) == ["b", "d", "c", "a"]
+    # A worker W has no number for goes last; the input is not changed.
+    assert rank_by_predicted_success(names, {"a": 0.1, "b": 0.3}) == ["b", "a", "c", "d"]
+    assert names == ["c", "a", "b", "d"]
+
+
+def test_a_ranked_catalogue_needs_the_numbers_it_is_ranked_by():
+    from conductor_pipeline.conductor.prompt import PromptSpec
+
+    assert PromptSpec(show_predicted_success=True, ranked_catalogue=True).ranked_catalogue
+    with pytest.raises(ValidationError, match="needs show_predicted_success"):
+        PromptSpec(ranked_catalogue=True)

@@ -413,3 +413,45 @@ def test_n_label_says_when_a_run_stopped_early():
     # a slice smaller than planned because the split has fewer questions is not an early stop
     assert n_label(384, 384, 400, available=384) == "n=384 of 400 planned (the eval split holds only 384 eligible questions)"
     assert "stopped early: 100 of 384" in n_label(100, 100, 400, available=384)
+
+
+@dataclass
+class FirstShownPolicy:
+    """A conductor that always sends the question to the first worker its catalogue lists."""
+
+    name: str = "first-shown"
+
+    async def propose(self, messages, *, n=1, temperature, max_new_tokens, seed=None):
+        body = 'model_id = [0]\nsubtasks = ["Solve the problem."]\naccess_list = [[]]'
+        return [PolicyOutput(text=body, prompt_tokens=50, completion_tokens=20, latency_s=0.2)] * n
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_ranked_arm_lists_the_pool_by_ws_numbers_so_the_first_line_is_ws_pick(tmp_path):
+    questions = numbered_questions(12)
+    pool = PoolConfig(name="ranked-test", workers=[seat("small"), seat("big")])
+    ids = [q.question_id for q in questions]
+    workers = {"small": SolverWorker("small", frozenset(ids[::2])), "big": SolverWorker("big", frozenset(ids[1::2]))}
+    asked: list[str] = []
+
+    def predicted(question: Question) -> dict[str, float]:
+        asked.append(question.question_id)
+        even = int(question.question_id[1:]) % 2 == 0
+        return {"small": 0.8 if even else 0.3, "big": 0.4 if even else 0.6}
+
+    for order in ("pool", "shuffled"):
+        asked.clear()
+        arm = ConductorArm("ranked", FirstShownPolicy(), predicted_success=predicted, ranked=True, catalogue_order=order)
+
+        async def main(arm=arm):
+            orch = Orchestrator(pool, workers, Governor.from_pool(pool), Warehouse(tmp_path / f"{order}.duckdb"))
+            assert "- Model 0: the big one (predicted success on this question: 60%)" in arm.prompt(orch, questions[1])[0]["content"]
+            return await run_arm(orch, arm, questions, run_id=f"ranked-{order}", repeats=1)
+
+        records = asyncio.run(main())
+        assert all(r.correct for r in records)  # W's pick answers every question here, in either order
+        assert sorted(asked) == sorted(ids)  # W is asked once per question, for the prompt and the parse
+    with pytest.raises(ValueError, match="ordered by W's numbers"):
+        ConductorArm("ranked", FirstShownPolicy(), ranked=True)

@@ -440,3 +440,17 @@ def test_parse_checks_and_the_frozen_conductor_load_the_policy_on_the_device_giv
     assert rollouts.frozen_conductor(load_pool("replay-mixed6-recursive"), tiny_model, "cpu").device == "cpu"
     with pytest.raises(ValueError, match="device must be"):
         rollouts.parse_check(tiny_model, rows, "ordinal", 8, 2, device="gpu")
+
+
+def test_a_ranked_sub_pool_lists_its_workers_by_predicted_success_after_the_draw():
+    pool = ["w0", "w1", "w2", "w3", "w4", "w5"]
+    predicted = {"w0": 0.1, "w1": 0.9, "w2": 0.5, "w3": 0.7, "w4": 0.3, "w5": 0.6}
+    rows = conductor_prompt_rows(
+        QUESTIONS, pool, short_prompt, randomize_pools=True, question_id=str, seed=2,
+        order=lambda _q, shown: sorted(shown, key=lambda w: -predicted[w]),
+    )
+    drawn = conductor_prompt_rows(QUESTIONS, pool, short_prompt, randomize_pools=True, question_id=str, seed=2)
+    for row, unranked in zip(rows, drawn, strict=True):
+        assert sorted(row["workers"]) == sorted(unranked["workers"])  # the same draw, reordered
+        assert row["workers"] == sorted(row["workers"], key=lambda w: -predicted[w])
+        assert ", ".join(row["workers"]) in row["prompt"][0]["content"]

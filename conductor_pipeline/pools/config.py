@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from conductor_pipeline.paths import POOLS_DIR
 
@@ -70,7 +70,7 @@ class WorkerSeat(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]*$", description="Unique within the pool")
     backend: Backend
     model: str = Field(description="Served model id; for replay, the recorded model's name")
-    description: str = Field(pattern=r"\S", description="One catalogue line shown to the conductor (not blank)")
+    description: str = Field(min_length=1, description="One catalogue line shown to the conductor")
     endpoint: str | None = Field(None, description="Base URL of an OpenAI-compatible API (…/v1)")
     api_key_env: str | None = Field(
         None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="Name of the environment variable holding the key"
@@ -89,6 +89,13 @@ class WorkerSeat(BaseModel):
         None, description="Recorded-answer source for replay seats"
     )
     vllm: VllmSeatConfig | None = None
+
+    @field_validator("description")
+    @classmethod
+    def _not_blank(cls, description: str) -> str:
+        if not description.strip():
+            raise ValueError("blank: the conductor chooses workers by this line, so say what the worker is")
+        return description
 
     @model_validator(mode="after")
     def _backend_needs(self) -> WorkerSeat:

@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 from assets.definitions import build_definitions
-from assets.evaluate_checkpoint import evaluate_checkpoint
+from assets.evaluate_checkpoint import checked_pool, evaluate_checkpoint, main, trained_run_tags
 from assets.metadata import latest_metadata
 from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, PromptSpec, read_trained_prompt, write_trained_prompt
 from conductor_pipeline.files import DamagedArtifactError
 from conductor_pipeline.paths import POOLS_DIR
+from conductor_pipeline.pools.config import PoolConfigError
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from resources.conductor import ConductorPolicyResource
@@ -72,3 +73,42 @@ def test_a_checkpoint_is_evaluated_on_a_pool_file_it_was_not_trained_on(tmp_path
         "SELECT catalogue FROM workflows WHERE arm = 'conductor:hf:checkpoint-3'"
     )["catalogue"].to_list()
     assert catalogues and all(list(c) == [w["name"] for w in pool["workers"]] for c in catalogues)
+
+
+def _pool_file(tmp_path: Path, edit) -> Path:
+    pool = yaml.safe_load((POOLS_DIR / "replay-test-six.yaml").read_text())
+    edit(pool["workers"])
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump(pool))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda workers: workers[2].update(model="gemini-9-ultra"), r"gemini-1\.5-flash \(model 'gemini-9-ultra'\)"),
+        (lambda workers: workers[1].update(description="  "), r"workers\[1\] \(worker 'claude-3-haiku'\)\.description: Value error, blank"),
+        (lambda workers: workers[3].update(name=workers[0]["name"]), r"repeated: \['gpt-4o-mini'\]"),
+    ],
+    ids=["no recordings", "blank description", "duplicate name"],
+)
+def test_a_pool_file_that_cannot_be_evaluated_is_refused_naming_the_file_and_worker_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, edit, named
+):
+    require_shared_data(monkeypatch, tmp_path / "cache", "zeroeval_outputs")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))  # nothing may be created there
+    path = _pool_file(tmp_path, edit)
+    with pytest.raises(PoolConfigError, match=named) as refused:
+        checked_pool(str(path))
+    assert str(path) in str(refused.value)
+    assert main(["--trained", "--pool", str(path)]) == 2
+    assert str(path) in capsys.readouterr().err and not (tmp_path / "home").exists()
+    checked_pool("replay-test-six")  # the shipped pool is fine
+
+
+def test_the_trained_conductor_is_found_by_its_seed_and_named_when_missing(tmp_path: Path):
+    with dg.DagsterInstance.ephemeral() as instance:
+        with pytest.raises(SystemExit, match="no trained conductor of seed 3 in"):
+            trained_run_tags(instance, 3)
+    with pytest.raises(SystemExit):  # a folder and --trained together are refused
+        main(["ckpt", "--trained"])

@@ -58,6 +58,10 @@ def checked_pool(name_or_path: str) -> PoolConfig:
     return pool
 
 
+class NoTrainedConductor(LookupError):
+    """No conductor was trained (of the seed asked for): none ran, or its gate closed."""
+
+
 def trained_run_tags(instance: dg.DagsterInstance, seed: int | None = None) -> dict[str, str]:
     """The recipe and seed tags of the run behind the latest trained conductor (of `seed`, when
     given): the eval of that conductor on another pool carries them too."""
@@ -65,7 +69,8 @@ def trained_run_tags(instance: dg.DagsterInstance, seed: int | None = None) -> d
         if seed is None or tags.get(SEED_TAG) == str(seed):
             return {key: tags[key] for key in (RECIPE_TAG, SEED_TAG) if key in tags}
     which = "" if seed is None else f" of seed {seed}"
-    raise SystemExit(f"no trained conductor{which} in $DAGSTER_HOME: run `make run` first")
+    raise NoTrainedConductor(f"no trained conductor{which} in $DAGSTER_HOME (none was trained, or the zero-variance "
+                             "gate closed)")
 
 
 def eval_arms_config(checkpoint: Path | None, slice_size: int | None = None) -> dict[str, object]:
@@ -143,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     instance = dg.DagsterInstance.get()
     tags = run_tags(args.pool)
     if checkpoint is None:
-        tags.update(trained_run_tags(instance, args.seed))
+        try:
+            tags.update(trained_run_tags(instance, args.seed))
+        except NoTrainedConductor as exc:  # a closed gate is an outcome of the run, not a failure
+            print(f"\n{exc}: nothing to evaluate on {args.pool}")
+            return 0
         print(f"\n######## the trained conductor ({', '.join(f'{k} {v}' for k, v in tags.items() if k in (RECIPE_TAG, SEED_TAG))}) "
               f"on {args.pool}, workers it never saw")
     report = evaluate_checkpoint(definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size)

@@ -63,18 +63,23 @@ class Rung:
     trainer: Mapping[str, object] = field(default_factory=dict)
 
 
+# R1 to R5n show an unranked catalogue, sampled without constraints: the CPU profile's prompt before
+# the ranked catalogue became its default (R6).
+UNRANKED = {"show_predicted_success": False, "ranked_catalogue": False, "constrained_decoding": False}
 RUNGS = {
     rung.name: rung
     for rung in (
         Rung("R1", "one catalogue in pool-file order, no sub-pools (learn a constant)",
-             trainer={"randomize_pools": False, "naming": "ordinal"}),
-        Rung("R2", "shuffled sub-pools, workers shown by name (the CPU default)", trainer={"naming": "names"}),
-        Rung("R3", "shuffled sub-pools, ordinal names with descriptions (the paper's)", trainer={"naming": "ordinal"}),
+             trainer={**UNRANKED, "randomize_pools": False, "naming": "ordinal"}),
+        Rung("R2", "shuffled sub-pools, workers shown by name", trainer={**UNRANKED, "naming": "names"}),
+        Rung("R3", "shuffled sub-pools, ordinal names with descriptions (the paper's)",
+             trainer={**UNRANKED, "naming": "ordinal"}),
         Rung("R4", "R3 with W's out-of-fold P(success) next to each worker",
-             trainer={"naming": "ordinal", "show_predicted_success": True}),
+             trainer={**UNRANKED, "naming": "ordinal", "show_predicted_success": True}),
         Rung("R5", "the vote pool, ordinal names: fan out and aggregate", pool="replay-mixed6-vote",
-             trainer={"naming": "ordinal"}),
-        Rung("R5n", "the vote pool by name (the CPU default)", pool="replay-mixed6-vote", trainer={"naming": "names"}),
+             trainer={**UNRANKED, "naming": "ordinal"}),
+        Rung("R5n", "the vote pool by name", pool="replay-mixed6-vote", trainer={**UNRANKED, "naming": "names"}),
+        Rung("R6", "R4 with the catalogue ranked by W's numbers, constrained decoding (the CPU default)"),
     )
 }
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from assets.definitions import build_definitions
-from assets.evaluate_checkpoint import checked_pool, evaluate_checkpoint, main, trained_run_tags
+from assets.evaluate_checkpoint import NoTrainedConductor, checked_pool, evaluate_checkpoint, main, trained_run_tags
 from assets.metadata import latest_metadata
 from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, PromptSpec, read_trained_prompt, write_trained_prompt
 from conductor_pipeline.files import DamagedArtifactError
@@ -108,7 +108,7 @@ def test_a_pool_file_that_cannot_be_evaluated_is_refused_naming_the_file_and_wor
 
 def test_the_trained_conductor_is_found_by_its_seed_and_named_when_missing(tmp_path: Path):
     with dg.DagsterInstance.ephemeral() as instance:
-        with pytest.raises(SystemExit, match="no trained conductor of seed 3 in"):
+        with pytest.raises(NoTrainedConductor, match="no trained conductor of seed 3 in .*gate closed"):
             trained_run_tags(instance, 3)
     with pytest.raises(SystemExit):  # a folder and --trained together are refused
         main(["ckpt", "--trained"])

@@ -35,7 +35,7 @@ from tests.reliability.main_runs import DEFAULT_RUN, RunFolder, run_to_end
 
 # Figures of the record a fresh run must reproduce: all but the commit and the CPU it was made on
 # (the test runs only on the record's CPU), and what `make seeds` adds (the other seeds' runs).
-NOT_REPRODUCED = ("commit", "cpu", "recipe", "seeds", "spread", "pooled")
+NOT_REPRODUCED = ("commit", "cpu", "recipe", "seeds", "spread", "pooled", "pool", "unseen_pool")
 TRAINED = "conductor:hf:checkpoint-120"
 # Significant digits a reproduced float must match: two fresh runs of the same commit agree on every
 # figure but the last bits of the warm start's chi-square p-value (0.5450404161506501 and ...504).
@@ -162,6 +162,19 @@ def test_the_block_names_the_commit_the_machines_the_test_and_every_pooled_verdi
     for pair in record["pooled"]:
         assert f"{100 * pair['difference']:+.1f} [{100 * pair['difference_low']:+.1f}" in block, pair
         assert pair["verdict"] in block
+
+
+def test_the_block_shows_the_pool_of_workers_the_conductor_never_saw_with_its_verdicts() -> None:
+    record = json.loads(RECORD_PATH.read_text())
+    unseen = record["unseen_pool"]
+    block = render_block(record)
+    assert f"On `{unseen['pool']}`, test models" in block and unseen["eval_run_id"] in block
+    assert {"w_router", "random", "best_single"} <= {pair["reference"] for pair in unseen["pooled"]}
+    for pair in unseen["pooled"]:
+        if "@" not in pair["arm"] and pair["reference"] in ("random", "w_router"):
+            assert f"| `{pair['reference']}` |" in block.split(unseen["pool"], 1)[1]
+            assert f"{100 * pair['difference']:+.1f} [{100 * pair['difference_low']:+.1f}" in block, pair
+    assert render_block({**record, "unseen_pool": None}).count("| arm |") == 1  # an older record: one table
 
 
 def test_replacing_the_block_keeps_the_rest_of_the_readme() -> None:

@@ -294,6 +294,12 @@ def _twin_lines(pooled: Sequence[Mapping]) -> list[str]:
             f"{p['verdict']}." for p in pooled if "@" in p["arm"]]
 
 
+def _seed_list(pooled: Sequence[Mapping]) -> str:
+    """`seeds 0, 1, 3`: the seeds the pooled verdicts of the block's trained conductor drew on."""
+    seeds = sorted({seed for row in pooled if "@" not in row["arm"] for seed in row["seeds"]})
+    return f"seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}"
+
+
 def render_block(record: Mapping) -> str:
     """The README block: the default recipe's arms over its seeds, the trained conductor's verdicts
     pooled over them (and each seed's), tied to the commit, the CPUs and the seed-0 eval run; then
@@ -321,8 +327,11 @@ def render_block(record: Mapping) -> str:
         ]
     lines += [
         "",
-        f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons per pool), at 95%; it pools {n_seeds} "
-        f"seed{'s' if n_seeds > 1 else ''} and the questions every seed evaluated. Per seed: the same test on that seed's questions alone.",
+        f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons per pool), at 95%; it pools the seeds that "
+        f"evaluated both arms ({_seed_list(record['pooled'])}) and the questions every such seed evaluated. Per seed: the "
+        "same test on that seed's questions alone.",
+        *(f"Seed {m['seed']} trained no {', '.join(m['arms'])}: its zero-variance gate closed, or its training failed "
+          "(its gate figure is in the seed's run)." for m in record.get("missing_trained", [])),
         *_twin_lines(record["pooled"]),
         *(f"On `{unseen['pool']}`: {line[0].lower()}{line[1:]}" for line in (_twin_lines(unseen["pooled"]) if unseen else [])),
         f"Seed 0: gate {three_places(gate['flat_groups'])} of {gate['groups']} probe groups (group size "
@@ -365,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     instance = dg.DagsterInstance.get()
     record = record_from_instance(instance, pool, {RECIPE_TAG: DEFAULT_RECIPE, SEED_TAG: "0"})
     summary = seeds_summary(instance, pool, DEFAULT_RECIPE)
-    record.update({"pool": pool, **{key: summary[key] for key in ("recipe", "seeds", "spread", "pooled")}})
+    record.update({"pool": pool, **{key: summary[key] for key in ("recipe", "seeds", "spread", "pooled", "missing_trained")}})
     unseen = record_from_instance(instance, UNSEEN_POOL, {RECIPE_TAG: DEFAULT_RECIPE, SEED_TAG: "0"})
     unseen_summary = seeds_summary(instance, UNSEEN_POOL, DEFAULT_RECIPE)
     record["unseen_pool"] = {

@@ -336,9 +336,9 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
         }))
         first = evaluate(instance)
         assert first["arms"][-2:] == ["conductor:hf:checkpoint", "conductor:hf:checkpoint@shuffled"]
-        # a checkpoint trained before fan_outs_only existed is prompted with it off, as it was trained
+        # a checkpoint trained before fan_outs_only and ranked catalogues existed is prompted with them off, as trained
         assert first["conductor_prompts"] == {
-            "hf:checkpoint": {"model": str(checkpoint), **trained_prompt, "fan_outs_only": False}
+            "hf:checkpoint": {"model": str(checkpoint), **trained_prompt, "fan_outs_only": False, "ranked_catalogue": False}
         }
         store = Warehouse(warehouse_path)
         conductor_calls = store.query(

@@ -31,8 +31,11 @@ POOL = "replay-mixed6-recursive"
 WORKFLOW = 'model_id = [0, 6]\nsubtasks = ["Solve the problem.", "Check this answer."]\naccess_list = [[], "all"]'
 MAX_DEPTH = 2
 SLICE = 4
+# The unranked, unconstrained prompt this chain was written for: constrained decoding cannot finish
+# the lists within the toy 24-token cap, and recursion does not yet rank its catalogue by W.
 TOY_TRAINER = dict(num_generations=4, questions_per_step=2, max_completion_length=24, probe_steps=1, max_steps=2,
-                   save_steps=10, sft_warm_start=False)
+                   save_steps=10, sft_warm_start=False, show_predicted_success=False, ranked_catalogue=False,
+                   constrained_decoding=False)
 RUN_CONFIG = {
     "probe_calls": {"corpora": ["gsm8k"], "samples": 1},
     "contested_set": {"min_size": 1},

@@ -41,11 +41,11 @@ setup: $(VENV)/.installed
 
 ## Materialize what is missing or stale in the asset graph on the embedded default pool, headless,
 ## and print the headline tables; then evaluate the trained conductor on UNSEEN_POOL, six test models
-## it never saw (assets/evaluate_checkpoint.py --trained). A second run with nothing changed recomputes nothing.
+## it never saw (assets/evaluate_checkpoint.py --trained --quick; `make seeds` adds its warm start and shuffled twin).
 UNSEEN_POOL ?= replay-test-six
 run: setup
 	$(PY) -m assets.main
-	$(PY) -m assets.evaluate_checkpoint --trained --pool $(UNSEEN_POOL)
+	$(PY) -m assets.evaluate_checkpoint --trained --quick --pool $(UNSEEN_POOL)
 
 ## Record the latest run's figures (docs/results/default-run.json) and rewrite the README's results block.
 results: setup

@@ -6,7 +6,9 @@
 `--trained` evaluates the latest `make run`'s trained conductor and its warm start (of seed N,
 when given) instead of a folder: its runs carry the training run's recipe and seed tags, so
 `make seeds` pools its verdicts on POOL over the seeds like the default pool's. `make run` ends
-with it on UNSEEN_POOL, six test models no part of the conductor's training saw.
+with it on UNSEEN_POOL, six test models no part of the conductor's training saw, `--quick` (the
+trained conductor beside the workers, routers and votes; `make seeds` adds its warm start and its
+shuffled-catalogue twin).
 
 The paper trains on randomised pools so that a conductor routes over worker sets it has not seen;
 this asks whether one did. POOL is a name under data/pools/ or a path to any pool file: other
@@ -73,15 +75,17 @@ def trained_run_tags(instance: dg.DagsterInstance, seed: int | None = None) -> d
                              "gate closed)")
 
 
-def eval_arms_config(checkpoint: Path | None, slice_size: int | None = None) -> dict[str, object]:
+def eval_arms_config(checkpoint: Path | None, slice_size: int | None = None, quick: bool = False) -> dict[str, object]:
     """`eval_arms`' config: the checkpoint as the only conductor arm; with None, the latest trained
-    conductor and its warm start (the default run's arms, so the warm start is paired too)."""
+    conductor and its warm start (the default run's arms, so the warm start is paired too).
+    `quick`: the conductor alone, in the pool file's order (no warm start, no shuffled twin)."""
     trained = checkpoint is None
     config: dict[str, object] = {
         "conductor_checkpoints": [] if trained else [str(checkpoint)],
         "use_trained_checkpoint": trained,
-        "use_warm_start_policy": trained,
+        "use_warm_start_policy": trained and not quick,
         "use_conductor_resource": False,
+        **({"shuffled_catalogue": False} if quick else {}),
     }
     if slice_size is not None:
         config["slice_size"] = slice_size
@@ -95,6 +99,7 @@ def evaluate_checkpoint(
     *,
     tags: dict[str, str],
     slice_size: int | None = None,
+    quick: bool = False,
     op_config: Mapping[str, Mapping] | None = None,
     out: Callable[[str], object] = print,
 ) -> MainRunReport:
@@ -106,7 +111,7 @@ def evaluate_checkpoint(
     def run_config(job: dg.JobDefinition, assets: Sequence[str]) -> dict:
         ops = {op: {"config": config} for op, config in extra.items() if op in assets and op != "eval_arms"}
         if "eval_arms" in assets:
-            ops["eval_arms"] = {"config": {**extra.get("eval_arms", {}), **eval_arms_config(checkpoint, slice_size)}}
+            ops["eval_arms"] = {"config": {**extra.get("eval_arms", {}), **eval_arms_config(checkpoint, slice_size, quick)}}
         return {**CONSOLE_INFO, "ops": ops}
 
     report = run_main_jobs(defs, instance, jobs=list(SETUP_JOBS), tags=tags, run_config=run_config, out=out)
@@ -126,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", default=UNSEEN_POOL,
                         help=f"pool name under data/pools/ or a path to a pool file (default {UNSEEN_POOL}: test models)")
     parser.add_argument("--slice-size", type=int, default=None, help="eval questions (default: eval_arms' default)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the conductor alone, in the pool file's order: no warm start, no shuffled twin (`make run`)")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS)
     args = parser.parse_args(argv)
     if args.trained == (args.checkpoint is not None):
@@ -155,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"\n######## the trained conductor ({', '.join(f'{k} {v}' for k, v in tags.items() if k in (RECIPE_TAG, SEED_TAG))}) "
               f"on {args.pool}, workers it never saw")
-    report = evaluate_checkpoint(definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size)
+    report = evaluate_checkpoint(
+        definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size, quick=args.quick
+    )
     print_headlines(instance, assets=EVAL_HEADLINES)
     if report.failed:
         print(f"\nFAILED steps: {', '.join(report.failed)}")

@@ -194,6 +194,9 @@ def git_commit() -> str:
 # The run tags of a seed run of a recipe (`python -m assets.main --seed N`, `make seeds`): which
 # trainer seed and which recipe (the trainer profile and the settings file's name) made it.
 SEED_TAG, RECIPE_TAG = "seed", "recipe"
+# An eval run of the trained conductor alone (`assets.evaluate_checkpoint --quick`): printed, but
+# not a seed's record, which pairs the conductor with its warm start and shuffled twin.
+QUICK_EVAL_TAG = "quick_eval"
 
 
 def run_tags(pool: str) -> dict[str, str]:

@@ -33,7 +33,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.definitions import definitions_for
-from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
+from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, run_tags
 from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
 from assets.results import UNSEEN_POOL, materializations
 from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, read_trained_prompt
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"prompted as trained: {prompt}")
     make_reproducible(torch_threads=args.torch_threads)
     instance = dg.DagsterInstance.get()
-    tags = run_tags(args.pool)
+    tags = run_tags(args.pool) | ({QUICK_EVAL_TAG: "true"} if args.quick else {})
     if checkpoint is None:
         try:
             tags.update(trained_run_tags(instance, args.seed))

@@ -26,7 +26,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.deployment import RECIPE_TAG, SEED_TAG
+from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG
 from assets.metadata import latest_metadata
 from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.evaluation.seeds import (
@@ -68,13 +68,19 @@ def materializations(
 
 
 def eval_tables_event(
-    instance: dg.DagsterInstance, pool: str | None = None, tags: Mapping[str, str] | None = None
+    instance: dg.DagsterInstance,
+    pool: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    include_quick: bool = True,
 ) -> dg.EventLogEntry:
     """The latest `eval_tables` materialization, or with `pool` the latest of a run tagged with that
     pool (and with `tags`, one whose run carries them too): an instance that also evaluated a
-    checkpoint on other pool files, or other seeds, holds those evals too."""
+    checkpoint on other pool files, or other seeds, holds those evals too. Without `include_quick`,
+    an eval of the conductor alone (`QUICK_EVAL_TAG`) is passed over."""
     wanted = {**({"pool": pool} if pool is not None else {}), **(tags or {})}
     for run_tags, event in materializations(instance, "eval_tables"):
+        if not include_quick and is_quick_eval(run_tags):
+            continue
         if all(run_tags.get(key) == value for key, value in wanted.items()):
             return event
     where = "" if pool is None else f" of a run on pool {pool!r}"
@@ -82,12 +88,17 @@ def eval_tables_event(
     raise SystemExit(f"no eval_tables materialization{where} in $DAGSTER_HOME: run `make run` first")
 
 
+def is_quick_eval(tags: Mapping[str, str]) -> bool:
+    """Whether a run evaluated the trained conductor alone (`evaluate_checkpoint --quick`)."""
+    return tags.get(QUICK_EVAL_TAG) == "true"
+
+
 def record_from_instance(
     instance: dg.DagsterInstance, pool: str | None = None, tags: Mapping[str, str] | None = None
 ) -> dict[str, object]:
-    """The figures of the latest default run (with `pool`, of the latest eval on that pool; with
-    `tags`, of a run that carries them): the gate, the warm start, training and the eval tables."""
-    return record_from_event(instance, eval_tables_event(instance, pool, tags))
+    """The figures of the latest full default run (with `pool`, of the latest full eval on that pool;
+    with `tags`, of a run that carries them): the gate, the warm start, training and the eval tables."""
+    return record_from_event(instance, eval_tables_event(instance, pool, tags, include_quick=False))
 
 
 def latest_metadata_of(
@@ -145,11 +156,11 @@ def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> 
 def seed_eval_events(
     instance: dg.DagsterInstance, pool: str, recipe: str, seeds: Sequence[int] | None = None
 ) -> dict[int, dg.EventLogEntry]:
-    """The latest `eval_tables` materialization of each seed of `recipe` on `pool` (of `seeds` only,
-    when given), by seed."""
+    """The latest full `eval_tables` materialization of each seed of `recipe` on `pool` (of `seeds`
+    only, when given), by seed: a quick eval lacks the warm start and twin the verdicts pair with."""
     events: dict[int, dg.EventLogEntry] = {}
     for tags, event in materializations(instance, "eval_tables", limit=10_000):
-        if tags.get("pool") != pool or tags.get(RECIPE_TAG) != recipe or SEED_TAG not in tags:
+        if tags.get("pool") != pool or tags.get(RECIPE_TAG) != recipe or SEED_TAG not in tags or is_quick_eval(tags):
             continue
         if seeds is None or int(tags[SEED_TAG]) in seeds:
             events.setdefault(int(tags[SEED_TAG]), event)

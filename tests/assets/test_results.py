@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from assets.deployment import QUICK_EVAL_TAG
 from assets.results import (
     BEGIN,
     END,
@@ -103,14 +104,17 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
     def warm_start_policy(context) -> dg.MaterializeResult:
         return dg.MaterializeResult(metadata={"parse_rate_after": int(context.run.tags["gain"]) / 100})
 
-    runs = [  # (recipe, seed, gain): the second seed-0 run is the latest, another recipe's runs stay out
-        ("cpu", "0", 5), ("cpu", "1", 30), ("cpu", "2", 24), ("cpu", "0", 20), ("cpu+other", "1", 0),
+    runs = [  # (recipe, seed, gain, quick): the second seed-0 run is the latest full one; another recipe's
+        # runs and a quick eval (the conductor alone, no warm start or twin) stay out of the record
+        ("cpu", "0", 5, False), ("cpu", "1", 30, False), ("cpu", "2", 24, False), ("cpu", "0", 20, False),
+        ("cpu+other", "1", 0, False), ("cpu", "0", 40, True), ("cpu", "1", 40, True),
     ]
     with dg.instance_for_test() as instance:
-        for i, (recipe, seed, gain) in enumerate(runs):
+        for i, (recipe, seed, gain, quick) in enumerate(runs):
             tags = {"pool": "replay-mixed6", "recipe": recipe, "seed": seed, "gain": str(gain), "run_key": f"eval-{i}",
-                    "cpu": "Some CPU (avx2)", "git_commit": "abc"}
-            assert dg.materialize([warm_start_policy, eval_tables], instance=instance, tags=tags).success
+                    "cpu": "Some CPU (avx2)", "git_commit": "abc", **({QUICK_EVAL_TAG: "true"} if quick else {})}
+            assets = [eval_tables] if quick else [warm_start_policy, eval_tables]  # a quick eval trains nothing
+            assert dg.materialize(assets, instance=instance, tags=tags).success
         summary = seeds_summary(instance, "replay-mixed6", "cpu")
         seed_0 = record_from_instance(instance, "replay-mixed6", {"recipe": "cpu", "seed": "0"})
         # The warm start behind seed 0's eval is seed 0's, not the latest run's (another recipe's seed 1).

@@ -39,7 +39,7 @@ from conductor_pipeline.conductor.prompt import PromptSpec, read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
-from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
+from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup, train_split_cascades
 from conductor_pipeline.evaluation.routers import choose_best_single
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.slices import (
@@ -48,6 +48,7 @@ from conductor_pipeline.evaluation.slices import (
     eval_candidates,
     eval_slice,
     find_leaks,
+    population,
     training_question_ids,
 )
 from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
@@ -142,6 +143,11 @@ class EvalArmsConfig(dg.Config):
     )
     vote_top_k: list[int] = Field(
         [3, 5], description="Also vote over the best k workers of the train split, for each k (2 <= k < pool size)"
+    )
+    agreement_cascades: bool = Field(
+        True,
+        description="With the votes, run agreement cascades over the largest best-k vote (ask a few, add the rest "
+        "when they disagree), chosen on the train split's probe answers",
     )
     world_model: WorldModelFitConfig = Field(
         default_factory=WorldModelFitConfig,
@@ -288,12 +294,21 @@ def eval_arms(
         for c in conductors for policy in [c.build_policy(pool_config.vote_seat_names)]
         for order in (("pool", "shuffled") if config.shuffled_catalogue else ("pool",))
     }
+    cascades = (
+        train_split_cascades(
+            store, pool_config.name, calibration, list(solo_workers), config.vote_top_k,
+            population=[q.question_id for q in population(
+                store, corpus=config.corpus, splits=config.splits, math_levels=config.math_levels)],
+        )
+        if config.vote_arms and config.agreement_cascades else []
+    )
     lineup = eval_lineup(
         seats, calibration, random_seed=config.random_seed,
         world_model=train_split_w if config.world_model_router else None, lambda_cost=config.w_router_lambda_cost,
         conductors=list(conductor_arms.values()),
         cascade_model=train_split_w if config.w_cascade else None, cascade_threshold=config.w_cascade_threshold,
         vote_top_k=config.vote_top_k if config.vote_arms else None,
+        agreement_cascades=[choice.arm() for choice in cascades],
     )
     arm_names = lineup.names
     run_id = eval_run_id(
@@ -305,7 +320,7 @@ def eval_arms(
         arm_inputs=stable_id(
             pool_config.model_dump_json(), calibration.worker,
             routing_predictions.fingerprint() if routing_predictions is not None else None,
-            *(c.fingerprint() for c in conductors),
+            *(c.fingerprint() for c in conductors), *(choice.cascade.describe() for choice in cascades),
         ),
     )
     context.log.info(
@@ -348,6 +363,10 @@ def eval_arms(
             "replayed": len(recorded) == len(workers),
             "single_recording_workers": tuple(sorted(n for n, w in recorded.items() if w.samples_recorded == 1)),
             "routing_predictions": routing_predictions,
+            # How many workers each cascade asks before it may stop, and the vote it stops early
+            # (eval_tables counts its escalations and pairs it with that vote).
+            "cascade_first_stage": {choice.arm().name: len(choice.cascade.first) for choice in cascades},
+            "cascade_votes": {choice.arm().name: choice.vote for choice in cascades},
         },
     )
     return dg.Output(
@@ -365,6 +384,7 @@ def eval_arms(
             "best_single_worker": calibration.worker,
             "calibration_questions": len(calibration.calibration_question_ids),
             "calibration_accuracies": dg.MetadataValue.json(calibration.accuracies),
+            "agreement_cascades": dg.MetadataValue.json([choice.metadata() for choice in cascades]),
             "conductor_prompts": dg.MetadataValue.json({
                 c.arm_label: {
                     "model": c.model_path or c.model, **{f: getattr(c, f) for f in TRAINED_PROMPT_FIELDS},

@@ -59,6 +59,7 @@ class Execution:
     infra_failure: bool = False
     cost_usd: float = 0.0
     latency_s: float | None = None  # None until some call reports one (replay records none)
+    stopped_early: bool = False  # a stopping rule ended it before its last step (`Orchestrator.execute`)
 
 
 def add_latency(total: float | None, more: float | None) -> float | None:

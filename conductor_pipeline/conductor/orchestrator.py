@@ -220,6 +220,7 @@ class Orchestrator(RecursiveSteps):
         workflow_id: str | None = None,
         extra_latency_s: float | None = None,
         final_step: Callable[[Sequence[StepOutcome]], int] | None = None,
+        stop_after: Callable[[Sequence[StepOutcome]], bool] | None = None,
         rollout: RolloutTag | None = None,
         catalogue: Sequence[str] | None = None,
     ) -> WorkflowRecord:
@@ -227,19 +228,25 @@ class Orchestrator(RecursiveSteps):
 
         `final_step` picks the step whose answer is the workflow's (default: the last); a
         broadcast-and-vote baseline passes its majority vote. It runs in a thread (it may grade).
+        `stop_after`, asked after each step but the last, ends the workflow there when it says so
+        (an agreement cascade stops once enough answers agree); the record then lists the steps
+        that ran, and their calls are all it paid for.
         `catalogue`: the workers the conductor that wrote it was shown, in order (None: no conductor).
         """
         workflow_id = workflow_id or workflow_key(run_id, arm, repeat, question.question_id, conductor_name)
         lineage = Lineage(run_id, workflow_id, conductor_name, arm, repeat, rollout)
-        state = await self._execute_steps(question, workflow, workflow_id=workflow_id, lineage=lineage, depth=0)
+        state = await self._execute_steps(
+            question, workflow, workflow_id=workflow_id, lineage=lineage, depth=0, stop_after=stop_after
+        )
         if state.infra_failure:
             final_answer, correct = None, None
         else:
             final_answer, correct = await grade_final(state, question.answer, final_step)
+        steps = workflow.steps[: len(state.outcomes)] if state.stopped_early else workflow.steps
         record = WorkflowRecord(
             workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
             conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
-            n_steps=len(workflow.steps), workers=[s.worker for s in workflow.steps],
+            n_steps=len(steps), workers=[s.worker for s in steps],
             final_answer=final_answer, correct=correct, cost_usd=state.cost_usd,
             latency_s=add_latency(state.latency_s, extra_latency_s), arm=arm, repeat=repeat,
             infra_failure=state.infra_failure, **rollout_fields(rollout),
@@ -329,9 +336,11 @@ class Orchestrator(RecursiveSteps):
         workflow_id: str,
         lineage: Lineage,
         depth: int,
+        stop_after: Callable[[Sequence[StepOutcome]], bool] | None = None,
     ) -> Execution:
         """Run the steps in order; every call is keyed and recorded under `workflow_id`, the
-        workflow it belongs to (a nested one's own id at depth > 0)."""
+        workflow it belongs to (a nested one's own id at depth > 0). `stop_after` (see `execute`)
+        may end the run before the last step."""
         state = Execution()
         for index, step in enumerate(workflow.steps):
             messages = self._step_messages(question, state.outcomes, step)
@@ -367,6 +376,10 @@ class Orchestrator(RecursiveSteps):
                 )
             if result.status in INFRA_STATUSES:
                 state.infra_failure = True
+                break
+            more_to_run = index < len(workflow.steps) - 1
+            if stop_after is not None and more_to_run and await asyncio.to_thread(stop_after, tuple(state.outcomes)):
+                state.stopped_early = True
                 break
         if lineage.record:
             await self._maybe_flush()

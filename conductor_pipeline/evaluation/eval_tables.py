@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from conductor_pipeline.evaluation.arms import EvalRunSummary, VoteArm
+from conductor_pipeline.evaluation.cascades import CascadeArm, cascade_comparisons, cascade_stops
 from conductor_pipeline.evaluation.comparisons import (
     DEFAULT_PAIRED,
     REFERENCE_ARM,
@@ -40,6 +41,7 @@ from conductor_pipeline.evaluation.learning import conductor_comparisons, order_
 from conductor_pipeline.evaluation.markdown import (
     arm_labels,
     arm_table_markdown,
+    cascades_markdown,
     conductor_comparisons_markdown,
     conductor_summary,
     cost_story_markdown,
@@ -160,7 +162,9 @@ def build_eval_tables(
     sweep = cost_sweep(workflows, predictions, settings=settings) if predictions is not None else pl.DataFrame()
     routers = dict.fromkeys(sweep["router"].to_list()) if sweep.height else {}
     baselines = {arm: comparisons[arm] for arm in arms
-                 if arm in comparisons and arm.startswith((VoteArm.PREFIX, WCascadeRouter.family))}
+                 if arm in comparisons and arm.startswith((VoteArm.PREFIX, CascadeArm.PREFIX, WCascadeRouter.family))}
+    stops = cascade_stops(workflows, extra.get("cascade_first_stage", {}))
+    cascade_pairs = cascade_comparisons(workflows, extra.get("cascade_votes", {}), settings=settings)
     population = describe_eval_population(
         summary.corpus, extra.get("math_levels", ()), restricted_to_recorded=bool(extra.get("restricted_to_recorded"))
     )
@@ -187,6 +191,7 @@ def build_eval_tables(
         "worker_usage": markdown_table(worker_usage(workflows)),
         "parse_codes": markdown_table(parse_code_histogram(workflows)),
         **({"recursion": markdown_table(recursion)} if recursion is not None else {}),
+        **({"cascades": cascades_markdown(stops, cascade_pairs, labels)} if stops.height else {}),
         "running_gap": markdown_table(gap) if gap.height else f"fewer than {GAP_FIRST_N} common questions",
         "decomposition": decomposition_markdown(decompositions) if decompositions else "no conductor arm",
     }

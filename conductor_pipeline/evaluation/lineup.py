@@ -8,13 +8,14 @@ the tables with no second list to keep in step.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.evaluation.arms import Arm, ConductorArm, OracleArm, RouterArm, SoloArm, VoteArm, run_arm
+from conductor_pipeline.evaluation.cascades import CascadeArm, CascadeChoice, choose_cascades
 from conductor_pipeline.evaluation.routers import (
     BestSingleChoice,
     BestSingleRouter,
@@ -62,11 +63,13 @@ def eval_lineup(
     cascade_model: SuccessAndCostModel | None = None,
     cascade_threshold: float = 0.5,
     vote_top_k: Sequence[int] | None = None,
+    agreement_cascades: Sequence[CascadeArm] = (),
 ) -> ArmLineup:
     """Each seated worker solo; best single, random and oracle routers; the W-router when a
     (train-split) world model is given and the W-cascade when `cascade_model` is; with
     `vote_top_k`, broadcast-and-vote over every worker and over the best k (train split) for each
-    k between 2 and the pool size; then the conductors."""
+    k between 2 and the pool size; the agreement cascades (`cascades.choose_cascades`); then the
+    conductors."""
     workers = tuple(seat.name for seat in seats)
     routers: list[Arm] = [
         RouterArm(BestSingleRouter(calibration)),
@@ -80,6 +83,7 @@ def eval_lineup(
         routers.append(RouterArm(cascade))
     if vote_top_k is not None:
         routers.extend(vote_arms(ranked_workers(calibration, workers), vote_top_k))
+    routers.extend(agreement_cascades)
     return ArmLineup(tuple(SoloArm(worker) for worker in workers), tuple(routers), tuple(conductors))
 
 
@@ -87,6 +91,31 @@ def ranked_workers(calibration: BestSingleChoice, workers: Sequence[str]) -> lis
     """`workers` best first by train-split accuracy (ties: name); workers it did not rate come last."""
     rated = [w for w in calibration.accuracies if w in workers]
     return rated + [w for w in workers if w not in rated]
+
+
+def cascade_vote(ranked: Sequence[str], top_k: Sequence[int]) -> VoteArm:
+    """The largest best-k vote that `vote_arms` runs (the vote over all when it runs none): the vote
+    a cascade is built from and compared with."""
+    k = max((k for k in top_k if 2 <= k < len(ranked)), default=None)
+    return VoteArm(f"top{k}", tuple(ranked[:k])) if k is not None else VoteArm("all", tuple(ranked))
+
+
+def train_split_cascades(
+    store: Warehouse,
+    pool: str,
+    calibration: BestSingleChoice,
+    workers: Sequence[str],
+    top_k: Sequence[int],
+    population: Collection[str],
+) -> list[CascadeChoice]:
+    """The agreement cascades over the largest best-k vote of `workers`, chosen on the pool's probe
+    answers to the train-split questions of the eval's `population` (its corpus and levels: how
+    often workers agree differs between GSM8K and MATH level 5); none for fewer than three workers."""
+    if len(workers) < 3:
+        return []
+    vote = cascade_vote(ranked_workers(calibration, workers), top_k)
+    answers = store.query_file("probe_answers", {"pool": pool})
+    return choose_cascades(answers.filter(pl.col("question_id").is_in(list(population))), vote)
 
 
 def vote_arms(ranked: Sequence[str], top_k: Sequence[int]) -> list[VoteArm]:

@@ -15,6 +15,7 @@ import polars as pl
 from tabulate import tabulate
 
 from conductor_pipeline.evaluation.arms import VoteArm
+from conductor_pipeline.evaluation.cascades import CascadeArm
 from conductor_pipeline.evaluation.comparisons import GAP_PARTS, REFERENCE_ARM
 from conductor_pipeline.stats import Estimate, PairedComparison
 
@@ -88,13 +89,13 @@ def _missing(value: object) -> bool:
 
 def arm_labels(arms: Sequence[str], *, best_single_worker: str | None, replayed: bool) -> dict[str, str]:
     """What the tables call each arm: the best single arm names its worker, and on replay the vote
-    arms say they are computed from recordings."""
+    and cascade arms say they are computed from recordings."""
     labels = {}
     for arm in arms:
         label = arm
         if arm == REFERENCE_ARM and best_single_worker:
             label = f"{arm} ({best_single_worker})"
-        elif replayed and arm.startswith(VoteArm.PREFIX):
+        elif replayed and arm.startswith((VoteArm.PREFIX, CascadeArm.PREFIX)):
             label = f"{arm} (from recordings)"
         labels[arm] = label
     return labels
@@ -406,10 +407,8 @@ def describe_eval_population(corpus: str, math_levels: Sequence[int], *, restric
 # ---------------------------------------------------------------------- did it learn to route?
 
 
-def conductor_comparisons_markdown(frame: pl.DataFrame, labels: Mapping[str, str]) -> str:
-    """Each conductor arm against the arms that tell routing from format and position."""
-    if frame.is_empty():
-        return "no conductor arm shares questions with its references"
+def pairs_markdown(frame: pl.DataFrame, labels: Mapping[str, str], kind: str) -> str:
+    """A table of `learning.comparison_rows` (each `kind` arm against its references) with the verdict rule."""
     rows = [
         [labels.get(r["arm"], r["arm"]), r["against"], labels.get(r["reference"], r["reference"]), str(r["n_questions"]),
          fmt_accuracy(r["accuracy"]), fmt_accuracy(r["reference_accuracy"]),
@@ -417,12 +416,26 @@ def conductor_comparisons_markdown(frame: pl.DataFrame, labels: Mapping[str, str
          fmt_p(r["p_holm"]), f"**{r['verdict']}**"]
         for r in frame.iter_rows(named=True)
     ]
-    headers = ["conductor", "against", "reference arm", "questions", "conductor accuracy", "reference accuracy",
+    headers = [kind, "against", "reference arm", "questions", f"{kind} accuracy", "reference accuracy",
                "difference (pts) [95% CI]", "p (Holm)", "verdict"]
-    return _github(rows, headers) + (
-        f"\n\n{VERDICT_RULE.format(n=len(rows))} A conductor has learnt to route only if it beats its warm start "
+    return f"{_github(rows, headers)}\n\n{VERDICT_RULE.format(n=len(rows))}"
+
+
+def conductor_comparisons_markdown(frame: pl.DataFrame, labels: Mapping[str, str]) -> str:
+    """Each conductor arm against the arms that tell routing from format and position."""
+    if frame.is_empty():
+        return "no conductor arm shares questions with its references"
+    return pairs_markdown(frame, labels, "conductor") + (
+        " A conductor has learnt to route only if it beats its warm start "
         "and random routing here, and ties with its own pool-order arm when the catalogue is shuffled (`@shuffled`)."
     )
+
+
+def cascades_markdown(stops: pl.DataFrame, pairs: pl.DataFrame, labels: Mapping[str, str]) -> str:
+    """How often each agreement cascade escalated or stopped early (right, wrong), and the cascades
+    paired against the vote they stop early and the best single worker."""
+    shown = stops.with_columns(pl.col("arm").replace(dict(labels)))
+    return markdown_table(shown) + ("\n\n" + pairs_markdown(pairs, labels, "cascade") if pairs.height else "")
 
 
 def positions_markdown(positions: pl.DataFrame, labels: Mapping[str, str]) -> str:

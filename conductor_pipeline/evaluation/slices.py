@@ -27,6 +27,12 @@ SliceOrder = Literal["question_id", "hashed"]
 # ---------------------------------------------------------------------- the slice and the leak check
 
 
+def population(store: Warehouse, *, corpus: str, splits: Sequence[str], math_levels: Sequence[int]) -> list[Question]:
+    """Every question of the corpus's `splits` at `math_levels`, train and eval side alike: what an
+    eval is about (its slice is the eval side's; choices made for it read the train side's)."""
+    return select_questions(store, corpora=[corpus], splits=splits, math_levels=math_levels, limit=None)
+
+
 def eval_candidates(
     store: Warehouse,
     workers: Mapping[str, Worker],
@@ -38,7 +44,7 @@ def eval_candidates(
 ) -> tuple[list[Question], bool]:
     """The questions a slice may draw from, and whether they were restricted: with `only_recorded`,
     to what every replay seat recorded (when every worker is a replay seat)."""
-    questions = select_questions(store, corpora=[corpus], splits=splits, math_levels=math_levels, limit=None)
+    questions = population(store, corpus=corpus, splits=splits, math_levels=math_levels)
     recorded = [w for w in workers.values() if isinstance(w, RecordedWorker)]
     if only_recorded and recorded and len(recorded) == len(workers):
         covered = frozenset.intersection(*(frozenset(w.question_ids) for w in recorded))

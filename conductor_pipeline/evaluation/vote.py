@@ -14,17 +14,13 @@ from conductor_pipeline.conductor.execution import StepOutcome
 from conductor_pipeline.grading import is_equivalent
 
 
-def majority_index(
+def answer_groups(
     answers: Sequence[str | None], equivalent: Callable[[str, str], bool] = is_equivalent
-) -> int:
-    """Index of the voter whose answer the majority gives (answers in rank order, best first).
+) -> list[list[int]]:
+    """The voters' indices grouped by equivalent answer (answers in rank order, best first).
 
-    Each answer joins the first earlier group whose first answer it is equivalent to; the largest
-    group wins, ties to the group whose first voter ranks highest; its first voter is returned.
-    When every voter abstains (None), the best-ranked voter (index 0) answers.
-    """
-    if not answers:
-        raise ValueError("a vote needs at least one voter")
+    Each answer joins the first earlier group whose first answer it is equivalent to; abstentions
+    (None) join none. Groups come in the order of their first voter."""
     groups: list[list[int]] = []
     for index, answer in enumerate(answers):
         if answer is None:
@@ -35,6 +31,21 @@ def majority_index(
                 break
         else:
             groups.append([index])
+    return groups
+
+
+def majority_index(
+    answers: Sequence[str | None], equivalent: Callable[[str, str], bool] = is_equivalent
+) -> int:
+    """Index of the voter whose answer the majority gives (answers in rank order, best first).
+
+    The largest group of `answer_groups` wins, ties to the group whose first voter ranks highest;
+    its first voter is returned. When every voter abstains (None), the best-ranked voter (index 0)
+    answers.
+    """
+    if not answers:
+        raise ValueError("a vote needs at least one voter")
+    groups = answer_groups(answers, equivalent)
     if not groups:
         return 0
     # Groups are created in rank order, so the first of the largest holds the best-ranked voter.

@@ -112,11 +112,12 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     arms = metadata(result, "eval_arms")
     assert arms["planned_slice_size"] == SLICE and arms["slice_size"] == SLICE
     assert arms["calibration_questions"] == CALIBRATION_QUESTIONS
-    # solo, baselines, the W-router, the W-cascade, three votes, the conductor in pool-file and shuffled order
-    assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 2
+    # solo, baselines, the W-router, the W-cascade, three votes, two agreement cascades, the conductor
+    # in pool-file and shuffled order
+    assert len(arms["arms"]) == 6 + 3 + 1 + 1 + 3 + 2 + 2
     new_arms = {
-        "w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "conductor:hf:tiny+W",
-        "conductor:hf:tiny+W@shuffled",
+        "w_router", "w_cascade@0.5", "vote:all", "vote:top3", "vote:top5", "cascade:as-vote", "cascade:half-cost",
+        "conductor:hf:tiny+W", "conductor:hf:tiny+W@shuffled",
     }
     assert new_arms <= set(arms["arms"])
     # The run id hashes the settings, the arm names in order and what the arms are made of (the
@@ -128,7 +129,8 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
         pool=POOL, corpus="math", splits=["test"], math_levels=[5], slice_size=SLICE, order="question_id", repeats=1,
         split_fingerprint=arms["split_fingerprint"], include_question=True, max_depth=2, arm_names=arms["arms"],
         random_seed=0, w_router_lambda_cost=0.0,
-        arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", routing.fingerprint(), conductor.fingerprint()),
+        arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", routing.fingerprint(), conductor.fingerprint(),
+                             *(cascade["cascade"] for cascade in arms["agreement_cascades"])),
     )
     # W refitted on the same rows predicts the same, so a rerun resumes the run; other predictions do not.
     seats = [s for s in load_pool(POOL).workers if s.name in routing.workers]
@@ -144,7 +146,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
         "SELECT arm, count(*) AS n, count_if(infra_failure) AS infra FROM workflows WHERE run_id = $r GROUP BY arm",
         {"r": arms["run_id"]},
     )
-    assert counts.height == 16 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
+    assert counts.height == 18 and set(counts["n"]) == {SLICE} and set(counts["infra"]) == {0}
     # Every conductor workflow records the catalogue it was shown: the pool file's order, or a
     # per-question permutation of it for the shuffled arm.
     catalogues = store.query(
@@ -164,6 +166,16 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     )
     assert votes.height == SLICE and set(votes["calls"]) == {6}
     assert (votes["cost"] - votes["call_cost"]).abs().max() < 1e-12 and votes["cost"].min() > 0
+    # A cascade over the top five pays for the calls it made: its first stage, or all five when it escalated.
+    cascades = {c["arm"]: c for c in arms["agreement_cascades"]}
+    assert set(cascades) == {"cascade:as-vote", "cascade:half-cost"} and {c["vote"] for c in cascades.values()} == {"vote:top5"}
+    asked = store.query(
+        "SELECT w.arm, w.workflow_id, any_value(w.n_steps) AS n_steps, any_value(w.cost_usd) AS cost, "
+        "sum(c.cost_usd) AS call_cost, count(*) AS calls FROM workflows w JOIN calls c USING (workflow_id) "
+        "WHERE w.arm LIKE 'cascade:%' AND w.run_id = $r GROUP BY ALL", {"r": arms["run_id"]},
+    )
+    assert asked.height == 2 * SLICE and (asked["calls"] == asked["n_steps"]).all() and set(asked["calls"]) <= {2, 3, 5}
+    assert (asked["cost"] - asked["call_cost"]).abs().max() < 1e-12
     questions = store.query("SELECT DISTINCT question_id FROM workflows WHERE run_id = $r", {"r": arms["run_id"]})
     assert all(split_of(q) == "eval" for q in questions["question_id"])
 
@@ -194,6 +206,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert "| best_single (gpt-4o) " in tables["arm_table"] and "est." in tables["arm_table"]
     assert "w_router, cheapest configuration" in tables["cost_story"] and "vote:all" in tables["cost_story"]
     assert "on the frontier" in tables["cost_frontier"]
+    assert "escalated_share" in tables["cascades"] and "the vote it stops early" in tables["cascades"]
     assert "gap to best single (train-chosen), pts" in tables["decomposition"]
 
     # The W that routed saw only train-split questions: the probed calibration questions, none of the slice.

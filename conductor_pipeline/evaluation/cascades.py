@@ -15,9 +15,9 @@ cascades are measured on the eval slice like every other arm.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -122,6 +122,22 @@ def replay_cascade(
     return ReplayedOutcome(answers[answering][1], sum(answers[w][2] for w in asked), len(asked))
 
 
+def agreement_table(
+    questions: Sequence[Mapping[str, tuple[str | None, bool, float]]], workers: Sequence[str], threads: int = 2
+) -> Callable[[str, str], bool]:
+    """The grader's verdict on every ordered pair of the workers' answers to each question, computed
+    once and in parallel (the math-verify residue runs on `threads` worker processes), as the
+    `equivalent` of `answer_groups`: the candidates' replays then grade nothing new."""
+    pairs = {
+        (answers[later][0], answers[earlier][0])
+        for answers in questions for later, earlier in itertools.permutations(workers, 2)
+        if answers[later][0] is not None and answers[earlier][0] is not None
+    }
+    with ThreadPoolExecutor(max_workers=threads) as executor:
+        verdicts = dict(zip(pairs, executor.map(lambda pair: is_equivalent(*pair), pairs)))
+    return lambda answer, leader: verdicts[(answer, leader)]
+
+
 def cascade_candidates(vote: Sequence[str], max_first: int = MAX_FIRST_STAGE) -> list[AgreementCascade]:
     """Every first stage of 2 to `max_first` of the vote's workers (in the vote's order), every
     quorum it can meet; the rest of the vote is added when it is not met."""
@@ -141,6 +157,7 @@ class CascadeChoice:
     goal: str
     cascade: AgreementCascade
     vote: str  # the vote arm it is built from and compared with
+    goal_met: bool  # False: no candidate met the goal on the train split, and this is the nearest
     accuracy: float
     cost_per_question: float
     escalated_share: float
@@ -153,7 +170,8 @@ class CascadeChoice:
 
     def metadata(self) -> dict[str, object]:
         return {
-            "arm": self.arm().name, "goal": self.goal, "cascade": self.cascade.describe(), "vote": self.vote,
+            "arm": self.arm().name, "goal": self.goal, "goal_met": self.goal_met, "cascade": self.cascade.describe(),
+            "vote": self.vote,
             "train_accuracy": round(self.accuracy, 4), "train_cost_per_question": self.cost_per_question,
             "train_escalated_share": round(self.escalated_share, 4), "train_vote_accuracy": round(self.vote_accuracy, 4),
             "train_vote_cost_per_question": self.vote_cost_per_question, "train_questions": self.questions,
@@ -161,10 +179,11 @@ class CascadeChoice:
 
 
 # label -> what the train split must show: the vote's accuracy at the least cost, or the most
-# accuracy at half the vote's cost.
+# accuracy at half the vote's cost. Where no candidate meets its goal, the nearest is kept (the most
+# accurate, the cheapest) and its `goal_met` says so.
 CASCADE_GOALS: dict[str, str] = {
-    "as-vote": "the cheapest cascade at least as accurate as the vote on the train split",
-    "half-cost": "the most accurate cascade at no more than half the vote's cost on the train split",
+    "as-vote": "the cheapest cascade at least as accurate as the vote on the train split (else the most accurate)",
+    "half-cost": "the most accurate cascade at no more than half the vote's cost on the train split (else the cheapest)",
 }
 
 
@@ -186,7 +205,7 @@ def choose_cascades(probe_answers: pl.DataFrame, vote_arm: VoteArm) -> list[Casc
     questions = [answers for answers in by_question.values() if len(answers) == len(vote)]
     if not questions:
         raise CascadeChoiceError(f"no train-split question has probe answers from every worker of {list(vote)}")
-    equivalent = functools.lru_cache(maxsize=None)(is_equivalent)
+    equivalent = agreement_table(questions, vote)
     n = len(questions)
 
     def totals(outcomes: list[ReplayedOutcome], first_calls: int) -> tuple[float, float, float]:
@@ -202,16 +221,16 @@ def choose_cascades(probe_answers: pl.DataFrame, vote_arm: VoteArm) -> list[Casc
         (candidate, *totals([replay_cascade(candidate, a, equivalent) for a in questions], len(candidate.first)))
         for candidate in cascade_candidates(vote)
     ]
-    as_vote = [s for s in scored if s[1] >= vote_accuracy] or [max(scored, key=lambda s: s[1])]
-    half = [s for s in scored if s[2] <= vote_cost / 2] or [min(scored, key=lambda s: s[2])]
+    as_vote = [s for s in scored if s[1] >= vote_accuracy]
+    half = [s for s in scored if s[2] <= vote_cost / 2]
     picks = {
-        "as-vote": min(as_vote, key=lambda s: (s[2], -s[1])),
-        "half-cost": max(half, key=lambda s: (s[1], -s[2])),
+        "as-vote": (min(as_vote, key=lambda s: (s[2], -s[1])) if as_vote else max(scored, key=lambda s: s[1]), bool(as_vote)),
+        "half-cost": (max(half, key=lambda s: (s[1], -s[2])) if half else min(scored, key=lambda s: s[2]), bool(half)),
     }
     return [
-        CascadeChoice(label, CASCADE_GOALS[label], cascade, vote_arm.name, accuracy, cost, escalated, vote_accuracy,
-                      vote_cost, n)
-        for label, (cascade, accuracy, cost, escalated) in picks.items()
+        CascadeChoice(label, CASCADE_GOALS[label], cascade, vote_arm.name, met, accuracy, cost, escalated,
+                      vote_accuracy, vote_cost, n)
+        for label, ((cascade, accuracy, cost, escalated), met) in picks.items()
     ]
 
 

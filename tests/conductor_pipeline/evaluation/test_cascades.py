@@ -119,6 +119,13 @@ def test_cascades_are_chosen_on_the_train_split_for_the_vote_accuracy_and_half_i
     assert as_vote.accuracy == 1.0 and as_vote.escalated_share == pytest.approx(0.25)
     assert as_vote.cost_per_question < half.vote_cost_per_question / 2
     assert half.cost_per_question <= half.vote_cost_per_question / 2 and half.accuracy == 1.0
+    assert as_vote.goal_met and half.goal_met
+    # Three workers at one price: every pair costs more than half their vote, so the cheapest (a and c,
+    # who always agree) is kept and says it missed its goal.
+    same_price = frame.with_columns(cost_usd=pl.lit(0.01))
+    (missed,) = [c for c in choose_cascades(same_price, VoteArm("top3", ("a", "b", "c"))) if c.label == "half-cost"]
+    assert not missed.goal_met and missed.cascade.first == ("a", "c") and missed.metadata()["goal_met"] is False
+    assert missed.cost_per_question == pytest.approx(0.02)
     assert as_vote.metadata()["cascade"] == "a + b; 2 agree, or add c + d + e and vote"
     with pytest.raises(CascadeChoiceError, match="at least three"):
         choose_cascades(frame, VoteArm("two", ("a", "b")))

@@ -116,7 +116,7 @@ def build_eval_tables(
     `inner_workflows` (eval_inner_workflows: what the conductor seat wrote inside them) gives the
     recursion table of each recursive conductor arm, whatever recursion did there.
 
-    `inline_chars`: the verdict lines are shortened until they fit (the UI shows shorter markdown
+    `inline_chars`: the verdict lines and the conductors' summary are shortened until they fit (the UI shows shorter markdown
     without a click). Verdicts and sweeps use `settings` for every paired interval.
     """
     others = others or OtherFigures()
@@ -169,7 +169,9 @@ def build_eval_tables(
         summary.corpus, extra.get("math_levels", ()), restricted_to_recorded=bool(extra.get("restricted_to_recorded"))
     )
     markdown = {
-        "conductor_vs_best_single": conductor_summary(comparisons, conductors, points, reference_label=reference_label),
+        "conductor_vs_best_single": conductor_summary(
+            comparisons, conductors, points, reference_label=reference_label, max_chars=inline_chars
+        ),
         "verdicts": verdict_lines(comparisons, shown, labels, reference_label=reference_label, max_chars=inline_chars),
         "arm_table": arm_table_markdown(table, labels),
         "paired_vs_best_single": paired_table_markdown(comparisons, shown, labels),

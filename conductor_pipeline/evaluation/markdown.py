@@ -220,27 +220,39 @@ def conductor_summary(
     points: Mapping[str, Mapping[str, object]],
     *,
     reference_label: str,
+    max_chars: int | None = None,
 ) -> str:
-    """Each conductor against the best single worker, and its gap as accuracy points that add up."""
+    """Each conductor against the best single worker, and its gap as accuracy points that add up.
+
+    With `max_chars` (the UI shows shorter markdown inline), the lines drop the gap's parts (the
+    decomposition table has them), then the question counts and p-value, then the interval, until
+    they fit; the verdict of every conductor arm stays."""
     if not conductors:
         return "no conductor arm in this run"
-    lines = []
-    for arm in conductors:
+
+    def line(arm: str, detail: int) -> str:
         c = comparisons.get(arm)
         if c is None:
-            lines.append(f"- **{arm}**: shares no scored question with {reference_label}")
-            continue
-        line = (
-            f"- **{arm}** {fmt_accuracy(c.arm_accuracy)} vs {reference_label} {fmt_accuracy(c.reference_accuracy)} "
-            f"on {c.n_questions} questions: **{c.verdict}**, {fmt_estimate_points(c.difference)} pts, p (Holm) "
-            f"{fmt_p(c.p_decisive)} ({c.arm_only} questions only it solved, {c.reference_only} only best single solved)."
-        )
+            return f"- **{arm}**: shares no scored question with {reference_label}"
+        if detail == 0:
+            return f"- **{arm}**: **{c.verdict}** {fmt_points(c.difference.value)} pts"
+        text = (f"- **{arm}** {fmt_accuracy(c.arm_accuracy)} vs {reference_label} {fmt_accuracy(c.reference_accuracy)}"
+                f": **{c.verdict}**, {fmt_estimate_points(c.difference)} pts")
+        if detail == 1:
+            return text + "."
+        text += (f", p (Holm) {fmt_p(c.p_decisive)} on {c.n_questions} questions ({c.arm_only} questions only it "
+                 f"solved, {c.reference_only} only best single solved).")
         split = points.get(arm)
-        if split is not None:
+        if detail == 3 and split is not None:
             terms = " ".join(f"{fmt_points(v)} ({GAP_PARTS[k]})" for k, v in split["parts"].items())
-            line += f" Gap in points: {terms} = {fmt_points(split['gap'])}."
-        lines.append(line)
-    return "\n".join(lines)
+            text += f" Gap in points: {terms} = {fmt_points(split['gap'])}."
+        return text
+
+    for detail in (3, 2, 1):
+        text = "\n".join(line(arm, detail) for arm in conductors)
+        if max_chars is None or len(text) <= max_chars:
+            return text
+    return "\n".join(line(arm, 0) for arm in conductors)
 
 
 def points_rows(split: Mapping[str, object]) -> dict[str, str]:

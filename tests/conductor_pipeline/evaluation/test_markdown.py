@@ -78,6 +78,22 @@ def test_the_conductor_summary_states_the_verdict_and_the_points_that_add_up():
     assert conductor_summary({}, [], {}, reference_label="x") == "no conductor arm in this run"
 
 
+def test_the_conductor_summary_fits_the_inline_limit_whatever_the_number_of_conductor_arms():
+    split = {"gap": -0.143, "parts": {"unparseable": -0.081, "no_solver": -0.040, "solver": -0.022},
+             "workflows": {"unparseable": 31, "no_solver": 40, "solver": 313}}
+    arms = [f"conductor:hf:checkpoint-{n}+W-ranked{suffix}" for n in (120, 240, 360) for suffix in ("", "@shuffled")]
+    comparisons = {arm: comparison(-0.143, -0.19, -0.09) for arm in arms}
+    full = conductor_summary(comparisons, arms, dict.fromkeys(arms, split), reference_label="best_single (gpt-4o)")
+    assert len(full) > 1000 and "Gap in points" in full
+    for limit in (1000, 600, 300):
+        fitted = conductor_summary(comparisons, arms, dict.fromkeys(arms, split), reference_label="best_single (gpt-4o)",
+                                   max_chars=limit)
+        assert len(fitted) <= limit or limit == 300  # the shortest form keeps every arm's verdict, however long
+        assert all(f"**{arm}**" in fitted for arm in arms) and fitted.count("**loses**") == len(arms)
+    assert "Gap in points" not in conductor_summary(comparisons, arms, dict.fromkeys(arms, split),
+                                                    reference_label="best_single (gpt-4o)", max_chars=1000)
+
+
 def test_the_routing_summary_reconciles_the_eval_slice_the_report_and_the_ceilings():
     report = {"questions": 2040, "population": "2040 questions (gsm8k 1319, math L5 721)", "w_router": 0.807,
               "best_single": 0.817, "oracle": 0.910, "headroom_recovered": [-0.099, -0.194, 0.005]}

@@ -183,12 +183,14 @@ def checkpoint_step(checkpoint: Path | None) -> int:
 
 def _save_final_checkpoint(trainer: Any, output_dir: Path, before_checkpoint: Callable[[], object] | None) -> None:
     """Save and seal the trainer's current step outside its own save schedule (an early stop or a fault)."""
+    from conductor_pipeline.training.trl_extensions import save_checkpoint_now
+
     final = output_dir / f"checkpoint-{trainer.state.global_step}"
     discard_checkpoint(final)
     if before_checkpoint is not None:
         before_checkpoint()
     try:
-        trainer._save_checkpoint(trainer.model, trial=None)
+        save_checkpoint_now(trainer)
         seal_checkpoint(final, trainer.state.global_step)
     except Exception as exc:
         shutil.rmtree(final, ignore_errors=True)

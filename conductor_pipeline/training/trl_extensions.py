@@ -20,6 +20,10 @@
    CPU, a quarter of the loss's time). Loss and gradients are TRL's own up to the order of float sums
    (a test checks, for whole groups and for a micro-batch holding part of some). It covers text-only prompts on the transformers path; anything else (images,
    vLLM, gradient checkpointing, which drops the prompt's cache, a repetition penalty) runs TRL's code.
+3. A checkpoint saved outside the trainer's schedule (`save_checkpoint_now`: an early stop, a fault).
+   transformers' `Trainer` (under TRL's) has no public call that writes a resumable checkpoint
+   (weights, optimizer, scheduler, RNG and trainer state); `_save_checkpoint` is what its own
+   schedule calls.
 
 `SUPPORTED_TRL` is checked when the trainer is built, and a test fails on any other release.
 """
@@ -80,6 +84,11 @@ def labelled_positions_only() -> Iterator[None]:
         yield
     finally:
         trl_utils._use_triton = decide
+
+
+def save_checkpoint_now(trainer: Any) -> None:
+    """Write `checkpoint-<global step>` as the trainer's own save schedule would (extension 3)."""
+    trainer._save_checkpoint(trainer.model, trial=None)
 
 
 def shares_prompts(trainer: GRPOTrainer) -> bool:

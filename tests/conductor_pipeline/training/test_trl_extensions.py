@@ -125,6 +125,7 @@ def test_setups_it_does_not_cover_run_trls_own_code(model_path, tmp_path):
 
 def test_this_trl_is_the_release_the_extensions_were_written_for_and_another_is_refused(monkeypatch):
     """Upgrading TRL fails here first: re-check both extensions against the new release's source."""
+    import transformers
     import trl
     import trl.trainer.utils as trl_utils
 
@@ -135,6 +136,8 @@ def test_this_trl_is_the_release_the_extensions_were_written_for_and_another_is_
     assert list(inspect.signature(trl.GRPOTrainer._get_per_token_logps_and_entropies).parameters)[:7] == [
         "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
     ]
+    assert list(inspect.signature(transformers.Trainer._save_checkpoint).parameters) == ["self", "model", "trial"], (
+        "save_checkpoint_now's call")
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.raises(RuntimeError, match="written against|extends TRL 1.16"):
         check_trl_version()

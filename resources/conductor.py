@@ -19,9 +19,12 @@ from conductor_pipeline.paths import ARTIFACTS_DIR
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
-# Where the tiny offline policy is built when no checkpoint is configured: the CPU profile's
-# conductor. It has random weights, so it is the honest weak arm, not a result.
-TINY_POLICY_DIR = ARTIFACTS_DIR / "models" / "tiny-conductor"
+
+
+def tiny_policy_dir() -> Path:
+    """Where the tiny offline policy is built when no checkpoint is configured (the CPU profile's
+    conductor; random weights, so the honest weak arm, not a result), under the artifacts root."""
+    return artifacts_root() / "models" / "tiny-conductor"
 # Random weights never write a workflow: longer samples from the tiny default only cost CPU time
 # (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
 TINY_MAX_NEW_TOKENS = 128
@@ -83,7 +86,7 @@ class ConductorPolicyResource(dg.ConfigurableResource):
             if not self.base_url or not self.model:
                 raise ValueError("an openai_endpoint conductor needs `base_url` and `model`")
             return OpenAIEndpointPolicy(self.base_url, self.model, self.api_key_env, name=self.label)
-        path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(TINY_POLICY_DIR)
+        path = Path(self.model_path) if self.model_path else build_tiny_causal_lm(tiny_policy_dir())
         return HFLocalPolicy(
             path, device=self.device, name=self.label or f"hf:{path.name}", constrained=self.constrained_decoding,
             aggregators=aggregators, fan_outs_only=self.fan_outs_only,
@@ -96,7 +99,7 @@ class ConductorPolicyResource(dg.ConfigurableResource):
         if self.kind == "openai_endpoint":
             model = f"{self.base_url}|{self.model}"
         else:
-            model = model_digest(self.model_path or build_tiny_causal_lm(TINY_POLICY_DIR))
+            model = model_digest(self.model_path or build_tiny_causal_lm(tiny_policy_dir()))
         # Constrained decoding and its fan-out rule join the id only when on: an arm without them is the
         # arm it was before.
         later = ["constrained"] if self.constrained_decoding else []

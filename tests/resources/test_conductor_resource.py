@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-import resources.conductor as conductor_module
+from conductor_pipeline.paths import ARTIFACTS_ENV
 from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.hf_policy import HFLocalPolicy
 from conductor_pipeline.conductor.prompt import PromptSpec
@@ -31,11 +31,12 @@ def test_endpoint_policy_needs_url_and_model_and_reads_the_key_from_the_named_va
     asyncio.run(policy.aclose())
 
 
-def test_tiny_default_is_built_offline_and_capped(monkeypatch, tmp_path):
-    monkeypatch.setattr(conductor_module, "TINY_POLICY_DIR", tmp_path / "tiny")
+def test_tiny_default_is_built_offline_under_the_artifacts_root_and_capped(monkeypatch, tmp_path):
+    monkeypatch.setenv(ARTIFACTS_ENV, str(tmp_path / "shared-volume"))
     resource = ConductorPolicyResource(max_new_tokens=1024, n_examples=2)
     policy = resource.build_policy()
-    assert isinstance(policy, HFLocalPolicy) and (tmp_path / "tiny" / "config.json").is_file()
+    assert isinstance(policy, HFLocalPolicy)
+    assert (tmp_path / "shared-volume" / "models" / "tiny-conductor" / "config.json").is_file()
     assert resource.effective_max_new_tokens == TINY_MAX_NEW_TOKENS
     assert resource.arm_label == "hf:tiny-conductor" and len(resource.examples()) == 2
     checkpoint = ConductorPolicyResource(model_path=str(tmp_path / "tiny"), max_new_tokens=1024)

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_origin, get_type_hints
 
 from pydantic import BaseModel, Field, create_model
 
-from conductor_pipeline.training.settings import overridable_knobs
+from conductor_pipeline.training.settings import overridable_knobs, settings_help
 
 
 def library_field(settings: type[BaseModel], name: str) -> Any:
@@ -28,7 +28,7 @@ def override_fields(settings_class: type, *, prefix: str = "") -> dict[str, tupl
     """`create_model` field definitions for the overridable knobs of `settings_class`, keyed by
     `prefix` + the library's field name."""
     hints = get_type_hints(settings_class)
-    help_text = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(settings_class)}
+    help_text = settings_help(settings_class)
     defaults = {f.name: f.default for f in dataclasses.fields(settings_class)}
     definitions: dict[str, tuple[Any, Any]] = {}
     for name, bounds in overridable_knobs(settings_class).items():

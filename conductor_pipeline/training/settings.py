@@ -430,10 +430,6 @@ def overridable_knobs(settings_class: type) -> dict[str, dict[str, float]]:
 
 
 def settings_help(settings_class: type) -> dict[str, str]:
-    """Field name -> help text, for docs and Dagster config descriptions."""
+    """Field name -> help text: the one source of every knob's description (the trainer resource's
+    config fields read it, `resources.knobs`)."""
     return {f.name: f.metadata.get("help", "") for f in fields(settings_class)}
-
-
-# Field name -> help text: the one source of every knob's description (the trainer resource reads it).
-GRPO_HELP = settings_help(GRPOSettings)
-SFT_HELP = settings_help(SFTSettings)

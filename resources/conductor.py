@@ -15,16 +15,17 @@ from conductor_pipeline.conductor.prompt import DEFAULT_EXAMPLE_COUNT, PromptExa
 from conductor_pipeline.conductor.protocols import ConductorPolicy
 from conductor_pipeline.devices import AUTO_DEVICE, DEVICE_HELP, DEVICE_PATTERN
 from conductor_pipeline.evaluation.arms import CatalogueOrder, ConductorArm
-from conductor_pipeline.paths import ARTIFACTS_DIR
+from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
-
 
 
 def tiny_policy_dir() -> Path:
     """Where the tiny offline policy is built when no checkpoint is configured (the CPU profile's
     conductor; random weights, so the honest weak arm, not a result), under the artifacts root."""
     return artifacts_root() / "models" / "tiny-conductor"
+
+
 # Random weights never write a workflow: longer samples from the tiny default only cost CPU time
 # (about 400 questions x 1024 tokens would take hours on two shared cores), so it is capped here.
 TINY_MAX_NEW_TOKENS = 128

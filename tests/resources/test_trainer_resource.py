@@ -4,7 +4,6 @@ text per knob, so the Dagster UI and the library can never drift apart."""
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 

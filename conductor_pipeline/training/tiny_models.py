@@ -23,6 +23,12 @@ from conductor_pipeline.corpora.sources import data_source, mirror_dir
 TINY_MODEL_RECIPE_VERSION = 4
 # Written last into a finished build; its presence (with a matching hash) means "reuse".
 MANIFEST_NAME = "tiny_model_manifest.json"
+# Qwen2Tokenizer's pre-tokenizing split, as transformers rebuilds it when it loads a qwen2-type
+# checkpoint (its module-private `PRETOKENIZE_REGEX`; a test checks the two are still the same).
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
 # Qwen2.5's special tokens, so prompts and templates look exactly like the real conductor's.
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -151,13 +157,12 @@ def _train_tokenizer(texts: list[str], vocab_size: int):
     """
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     backend = Tokenizer(models.BPE())
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )

@@ -8,7 +8,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conductor_pipeline.training.tiny_models import IM_END, IM_START, MANIFEST_NAME, build_tiny_causal_lm
+from conductor_pipeline.training.tiny_models import (
+    IM_END,
+    IM_START,
+    MANIFEST_NAME,
+    QWEN2_PRETOKENIZE_REGEX,
+    build_tiny_causal_lm,
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +105,11 @@ def test_every_shipped_seat_name_is_one_token_that_decodes_to_itself(tmp_path):
         ids = tokenizer(f'model_id = ["{name}"]', add_special_tokens=False)["input_ids"]
         assert tokenizer.convert_ids_to_tokens(ids).count(name) == 1, name
         assert tokenizer.decode(ids) == f'model_id = ["{name}"]'
+
+
+def test_the_tiny_tokenizer_splits_text_as_transformers_rebuilds_qwen2_tokenizers() -> None:
+    """Upgrading transformers fails here first if Qwen2Tokenizer's split changes: a tiny checkpoint
+    would then encode differently when loaded than when its tokenizer was trained."""
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    assert QWEN2_PRETOKENIZE_REGEX == PRETOKENIZE_REGEX

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import openai
 
-from conductor_pipeline.fakes import FaultServer
+from tests.fakes import FaultServer
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, shared_http_client
 from conductor_pipeline.pools.config import RetryConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor

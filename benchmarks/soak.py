@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
-from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
+from tests.fakes import FaultKind, FaultRates, FaultServer
 from conductor_pipeline.pools.backends.openai_compat import shared_http_client
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import PoolConfig, load_pool

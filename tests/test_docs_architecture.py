@@ -16,8 +16,9 @@ from conductor_pipeline.workflow import DEFAULT_MAX_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
-PRODUCT_CODE = ("conductor_pipeline/**/*.py", "assets/**/*.py", "resources/**/*.py", "sql/*.sql", "benchmarks/*.py",
-                "scripts/*.py", "Makefile", "data/**/*.yaml", "deploy/**/*")
+# The code the page describes: the product, and the test doubles it names (tests/fakes).
+DESCRIBED_CODE = ("conductor_pipeline/**/*.py", "assets/**/*.py", "resources/**/*.py", "sql/*.sql", "benchmarks/*.py",
+                  "scripts/*.py", "Makefile", "data/**/*.yaml", "deploy/**/*", "tests/fakes/*.py")
 # Paths the page names that are made at run time or are examples, not files of the project.
 RUNTIME_PATHS = {"warehouse.duckdb", "warehouse-replica.duckdb", "test/algebra/1143.json"}
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -43,8 +44,8 @@ def backticked(text: str) -> set[str]:
 
 
 def code_words() -> set[str]:
-    """Every word of the product's code, and the name of every module and package in it."""
-    files = {path for pattern in PRODUCT_CODE for path in ROOT.glob(pattern) if path.is_file()}
+    """Every word of the described code, and the name of every module and package in it."""
+    files = {path for pattern in DESCRIBED_CODE for path in ROOT.glob(pattern) if path.is_file()}
     modules = {path.stem for path in files if path.suffix == ".py"} | {path.parent.name for path in files}
     return modules | {word for path in files for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", path.read_text(errors="ignore"))}
 

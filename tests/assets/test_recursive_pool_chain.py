@@ -15,7 +15,7 @@ from assets.definitions import build_definitions
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
 from conductor_pipeline.corpora.loaders import load_gsm8k
-from conductor_pipeline.fakes.fault_server import FaultServer
+from tests.fakes.fault_server import FaultServer
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.training.gates import evaluate_zero_variance, write_verdict
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm

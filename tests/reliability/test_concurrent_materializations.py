@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 
 from benchmarks.soak import synthetic_questions, write_pool_file
-from conductor_pipeline.fakes import FaultServer
+from tests.fakes import FaultServer
 from conductor_pipeline.probing.runner import probe_call_id
 from conductor_pipeline.warehouse import Warehouse
 from tests.reliability.dagster_cli import CLI_TIMEOUT_S, dagster_env, start_materialize

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.soak import synthetic_questions, write_pool_file
-from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
+from tests.fakes import FaultKind, FaultRates, FaultServer
 from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool

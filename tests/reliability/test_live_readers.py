@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from benchmarks.soak import synthetic_questions, write_pool_file
-from conductor_pipeline.fakes import FaultServer
+from tests.fakes import FaultServer
 from conductor_pipeline.probing.runner import probe_call_id
 from conductor_pipeline.warehouse import Warehouse, replica_path_for
 from tests.builders import start_reader, stop_reader

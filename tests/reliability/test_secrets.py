@@ -26,7 +26,7 @@ import pytest
 from dagster._serdes import serialize_value
 
 from benchmarks.soak import synthetic_questions, write_pool_file
-from conductor_pipeline.fakes import FaultRates, FaultServer
+from tests.fakes import FaultRates, FaultServer
 from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.warehouse import Warehouse
 from tests.reliability.dagster_cli import dagster_env, materialize

@@ -17,7 +17,7 @@ import yaml
 from assets.definitions import build_definitions
 from assets.probing import all_probe_partitions_tags
 from benchmarks.soak import synthetic_questions
-from conductor_pipeline.fakes import FaultServer
+from tests.fakes import FaultServer
 from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.pools.backends.local_server import free_port
 from conductor_pipeline.pools.backends.vllm_server import VllmUnavailableError

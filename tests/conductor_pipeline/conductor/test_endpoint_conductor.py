@@ -9,7 +9,7 @@ import asyncio
 from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
-from conductor_pipeline.fakes.fault_server import FaultServer
+from tests.fakes.fault_server import FaultServer
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import PoolConfig, RetryConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor

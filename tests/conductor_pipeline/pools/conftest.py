@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conductor_pipeline.fakes import FaultServer
+from tests.fakes import FaultServer
 from tests.builders import TEST_API_KEY
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
+from tests.fakes import FaultKind, FaultRates, FaultServer
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, shared_http_client
 from conductor_pipeline.pools.config import PoolConfig, RetryConfig
 from conductor_pipeline.pools.governor import Governor, TokenBucket

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conductor_pipeline.corpora.loaders import load_gsm8k
-from conductor_pipeline.fakes import FaultServer
-from conductor_pipeline.fakes.fault_server import FaultRates
+from tests.fakes import FaultServer
+from tests.fakes.fault_server import FaultRates
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import PoolConfig, RetryConfig, WorkerSeat, load_pool

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from conductor_pipeline.fakes.fault_app import main as serve_faults
+from tests.fakes.fault_app import main as serve_faults
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
+from tests.fakes import FaultKind, FaultRates, FaultServer
 from conductor_pipeline.grading import grade
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, shared_http_client
 from conductor_pipeline.pools.config import RetryConfig

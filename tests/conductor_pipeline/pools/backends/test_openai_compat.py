@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from conductor_pipeline.fakes import FaultServer
+from tests.fakes import FaultServer
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, parse_retry_after, shared_http_client
 from conductor_pipeline.pools.config import MissingApiKeyError, RetryConfig
 from conductor_pipeline.records import CallResult, CallStatus

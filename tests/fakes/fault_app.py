@@ -1,8 +1,8 @@
 """The fault server's process: an HTTP/1.1 server on asyncio streams that answers OpenAI-style chat
 and completion requests with the faults its configuration draws, and counts what it served.
 
-Run by `FaultServer` (`conductor_pipeline.fakes.fault_server`) as `python -m
-conductor_pipeline.fakes.fault_app`, its settings in the environment variable `CONFIG_ENV`.
+Run by `FaultServer` (`tests.fakes.fault_server`) as `python -m
+tests.fakes.fault_app`, its settings in the environment variable `CONFIG_ENV`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import struct
 import time
 from collections.abc import Sequence
 
-from conductor_pipeline.fakes.fault_server import CONFIG_ENV, FaultKind, FaultServerConfig, FaultServerStats
+from tests.fakes.fault_server import CONFIG_ENV, FaultKind, FaultServerConfig, FaultServerStats
 
 # The first stdout line of the server, naming the port it bound (`--port 0` picks one; FaultServer
 # passes a free port and waits on /health instead, its stdout going to the log).

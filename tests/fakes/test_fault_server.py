@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from pydantic import ValidationError
 
-from conductor_pipeline.fakes import FaultKind, FaultRates, FaultServer
+from tests.fakes import FaultKind, FaultRates, FaultServer
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "what is six times seven"}], "max_tokens": 64}
 
@@ -129,3 +131,14 @@ def test_rates_cannot_exceed_one() -> None:
         FaultRates(rate_limit=0.6, hang=0.5)
     spread = FaultRates.spread(0.2, ["reset", "hang"])
     assert spread.reset == pytest.approx(0.1) and spread.total == pytest.approx(0.2)
+
+
+def test_the_product_never_imports_the_test_doubles() -> None:
+    """The fakes are test support: no module of the library, the resources or the assets imports
+    anything under tests/ (benchmarks and tests may)."""
+    root = Path(__file__).resolve().parents[2]
+    product = [path for package in ("conductor_pipeline", "resources", "assets") for path in (root / package).rglob("*.py")]
+    assert len(product) > 50
+    importing = [str(path.relative_to(root)) for path in product
+                 if re.search(r"^\s*(from|import)\s+tests\b", path.read_text(), flags=re.MULTILINE)]
+    assert not importing, f"product modules import tests/: {importing}"

@@ -6,7 +6,7 @@ trustworthy if it is exercised over real sockets, and a real reset (TCP RST) can
 by an ASGI app. So this is a small HTTP/1.1 server on asyncio streams (uvloop when available)
 that runs in its own process (its own GIL, so benchmarks measure the client, not the server).
 
-The server itself (its HTTP handling, counters and entry point) is `conductor_pipeline.fakes.fault_app`,
+The server itself (its HTTP handling, counters and entry point) is `tests.fakes.fault_app`,
 run in the child process; this module holds its settings and `FaultServer`, which starts and drives it.
 It counts every chat-completions request it served per fault kind, its peak number of requests
 in flight, and whether each carried the expected bearer key, so tests can reconcile the client's
@@ -164,7 +164,7 @@ class FaultServer:
         self._logs = tempfile.TemporaryDirectory(prefix="fault-server-")
         # The project's one way to run a server process: its own session, a log file, /health, a sure stop.
         self._server = LocalServerProcess(
-            [sys.executable, "-m", "conductor_pipeline.fakes.fault_app", "--host", self.host, "--port", str(port)],
+            [sys.executable, "-m", "tests.fakes.fault_app", "--host", self.host, "--port", str(port)],
             name="fault-server", host=self.host, port=port, health_timeout_s=self.startup_timeout_s,
             health_poll_s=STARTUP_POLL_S, stop_grace_s=STOP_GRACE_S, log_path=Path(self._logs.name) / "server.log",
             env=env,

@@ -1,5 +1,5 @@
 """Stand-ins for the outside world that tests and benchmarks drive over real sockets."""
 
-from conductor_pipeline.fakes.fault_server import FaultKind, FaultRates, FaultServer, FaultServerStats
+from tests.fakes.fault_server import FaultKind, FaultRates, FaultServer, FaultServerStats
 
 __all__ = ["FaultKind", "FaultRates", "FaultServer", "FaultServerStats"]

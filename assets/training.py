@@ -130,7 +130,7 @@ def _training_set(warehouse: WarehouseResource, pool: PoolResource, recipe: Reci
             naming=prompt.naming, n_examples=prompt.n_examples, contested_subpools=data.contested_subpools,
             prune_with=world_model_path(warehouse, pool_config.name) if data.prune_with_world_model else None,
             prune_low=data.prune_low, prune_high=data.prune_high, show_predicted_success=prompt.show_predicted_success,
-            ranked_catalogue=prompt.ranked_catalogue, prompt_success_cache=warehouse.artifact_dir("prompt_success"),
+            ranked_catalogue=prompt.ranked_catalogue,
         )
 
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from conductor_pipeline.files import write_json_atomic
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question, stable_id
 from conductor_pipeline.world_model.features import WorldModelSettings
@@ -63,7 +60,6 @@ def out_of_fold_prompt_success(
     *,
     folds: int = PROMPT_FOLDS,
     settings: WorldModelSettings | None = None,
-    cache_dir: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     """question id -> {seat: W's P(success)} for training prompts, each from a train-split W that
     never saw that question: the questions are cut into `folds` (by a hash of their id) and each
@@ -72,22 +68,8 @@ def out_of_fold_prompt_success(
     Why not one train-split W for all: its numbers on its own training questions are memory of their
     outcomes, so a policy trained on them learns to trust W far more than W deserves on new
     questions (where the eval shows it numbers from the same train-split W, out of sample).
-
-    With `cache_dir`, the numbers are kept there under a key of everything they depend on (the
-    rows, the questions, the seats, the folds, W's settings): the warm start, the gate's probe and
-    GRPO each build the same prompts, and the fits are the same every time.
     """
     workers = {seat.name: seat for seat in _solo_seats(seats)}
-    cached = None
-    if cache_dir is not None:
-        key = stable_id(
-            "out-of-fold-prompt-success", frame.columns, frame.height, int(frame.hash_rows(seed=0).sum()),
-            [q.question_id for q in questions], [seat.model_dump_json() for seat in workers.values()], folds,
-            (settings or WorldModelSettings()).model_dump_json(),
-        )
-        cached = Path(cache_dir) / f"{key}.json"
-        if cached.is_file():
-            return json.loads(cached.read_text())
     fold_of = {q.question_id: int(stable_id("prompt-fold", q.question_id)[:8], 16) % folds for q in questions}
     shown: dict[str, dict[str, float]] = {}
     for fold in range(folds):
@@ -98,8 +80,6 @@ def out_of_fold_prompt_success(
             frame.filter(~pl.col("question_id").is_in([q.question_id for q in held_out])), workers, settings
         )
         shown.update((q.question_id, predicted_success_for_prompt(model, q, workers)) for q in held_out)
-    if cached is not None:
-        write_json_atomic(cached, shown, "out-of-fold W numbers")
     return shown
 
 

@@ -3,7 +3,6 @@ beat the worker marginal; where only the worker matters it must not (beyond nois
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -158,31 +157,6 @@ def test_training_prompts_get_numbers_from_a_w_that_never_saw_their_question(spe
     again = out_of_fold_prompt_success(rewritten, questions, seats, folds=3, settings=FAST_WORLD_MODEL)
     assert again[target] == shown[target]
     assert any(again[q] != shown[q] for q in shown if q != target)
-
-
-def test_out_of_fold_numbers_are_kept_under_a_key_of_what_they_depend_on(specialist_frame: pl.DataFrame, tmp_path) -> None:
-    seats = synthetic_seats()
-    questions = [q for q in synthetic_questions(480, seed=1) if split_of(q.question_id) == "train"][:20]
-    computed = out_of_fold_prompt_success(specialist_frame, questions, seats, folds=3, settings=FAST_WORLD_MODEL)
-    first = out_of_fold_prompt_success(specialist_frame, questions, seats, folds=3, settings=FAST_WORLD_MODEL,
-                                       cache_dir=tmp_path)
-    (kept,) = tmp_path.glob("*.json")
-    assert first == computed
-    # Read back, not refitted: the kept file's numbers are what the next call returns.
-    payload = json.loads(kept.read_text())
-    question, worker = next(iter(payload)), next(iter(seats))
-    payload[question][worker] = -1.0
-    kept.write_text(json.dumps(payload))
-    read_back = out_of_fold_prompt_success(specialist_frame, questions, seats, folds=3, settings=FAST_WORLD_MODEL,
-                                           cache_dir=tmp_path)
-    assert read_back[question][worker] == -1.0
-    # Other rows, questions or folds are another key: computed afresh, kept beside it.
-    rewritten = specialist_frame.with_columns(pl.col("correct").not_())
-    other = out_of_fold_prompt_success(rewritten, questions, seats, folds=3, settings=FAST_WORLD_MODEL, cache_dir=tmp_path)
-    assert other != computed
-    out_of_fold_prompt_success(specialist_frame, questions[:10], seats, folds=3, settings=FAST_WORLD_MODEL, cache_dir=tmp_path)
-    out_of_fold_prompt_success(specialist_frame, questions, seats, folds=2, settings=FAST_WORLD_MODEL, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("*.json"))) == 4
 
 
 def test_pruning_skips_questions_w_predicts_everyone_or_no_one_solves() -> None:

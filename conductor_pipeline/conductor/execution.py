@@ -94,6 +94,11 @@ def one_step_workflow(worker: str, question: Question) -> Workflow:
     return Workflow(steps=(Step(worker=worker, subtask=question.problem, sees=()),))
 
 
+def broadcast_workflow(workers: Sequence[str], question: Question) -> Workflow:
+    """Every worker answers the question alone, in this order (a vote's or a cascade's workflow)."""
+    return Workflow(steps=tuple(Step(worker=worker, subtask=question.problem, sees=()) for worker in workers))
+
+
 def sample_for(worker: Worker, repeat: int) -> int:
     """The recorded sample a repeat replays; a one-recording source replays its only sample.
 

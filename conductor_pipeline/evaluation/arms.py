@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol
 
-from conductor_pipeline.conductor.execution import one_step_workflow, workflow_key
+from conductor_pipeline.conductor.execution import broadcast_workflow, one_step_workflow, workflow_key
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.conductor.prompt import build_conductor_prompt, rank_by_predicted_success
 from conductor_pipeline.conductor.protocols import BatchingPolicy, ConductorPolicy, PolicyError, PolicyOutput
@@ -21,7 +21,7 @@ from conductor_pipeline.evaluation.routers import OracleRouter
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.vote import majority_step
 from conductor_pipeline.records import Question, WorkflowRecord, stable_id
-from conductor_pipeline.workflow import Step, Workflow
+from conductor_pipeline.workflow import Workflow
 
 # Workflows in flight at once per evaluation; the governor bounds the calls, this bounds memory.
 DEFAULT_MAX_CONCURRENT_WORKFLOWS = 64
@@ -132,7 +132,7 @@ class VoteArm:
         return f"{self.PREFIX}{self.label}"
 
     async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
-        broadcast = Workflow(steps=tuple(Step(worker=w, subtask=question.problem, sees=()) for w in self.workers))
+        broadcast = broadcast_workflow(self.workers, question)
         return await orchestrator.execute(
             question, broadcast, run_id=run_id, conductor_name=self.name, arm=self.name, repeat=repeat,
             final_step=majority_step,

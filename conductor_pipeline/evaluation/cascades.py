@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import polars as pl
 
-from conductor_pipeline.conductor.execution import StepOutcome
+from conductor_pipeline.conductor.execution import StepOutcome, broadcast_workflow
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.evaluation.arms import VoteArm
 from conductor_pipeline.evaluation.comparisons import DEFAULT_PAIRED, PairedSettings
@@ -33,7 +33,6 @@ from conductor_pipeline.evaluation.vote import answer_groups, majority_index, ma
 from conductor_pipeline.grading import is_equivalent
 from conductor_pipeline.records import Question, WorkflowRecord
 from conductor_pipeline.splits import train_split_rows
-from conductor_pipeline.workflow import Step, Workflow
 
 # The largest first stage tried: beyond three, a cascade costs about what the vote does.
 MAX_FIRST_STAGE = 3
@@ -93,7 +92,7 @@ class CascadeArm:
         return f"{self.PREFIX}{self.label}"
 
     async def answer(self, orchestrator: Orchestrator, question: Question, *, run_id: str, repeat: int) -> WorkflowRecord:
-        broadcast = Workflow(steps=tuple(Step(worker=w, subtask=question.problem, sees=()) for w in self.cascade.workers))
+        broadcast = broadcast_workflow(self.cascade.workers, question)
         return await orchestrator.execute(
             question, broadcast, run_id=run_id, conductor_name=self.name, arm=self.name, repeat=repeat,
             final_step=majority_step, stop_after=self.cascade.stop_after,

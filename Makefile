@@ -65,11 +65,14 @@ train-paper: setup
 
 ## A recipe over SEEDS (default 0 1 2): one `make run` per seed (`--seed N`: runs tagged seed and recipe,
 ## each seed's checkpoints kept apart, a killed seed resumes), then its verdicts pooled over the seeds
-## (assets/seeds.py). PROFILE (e.g. cpu-paper), POOL and CONFIG pick the recipe, as for train-paper.
+## (assets/seeds.py). PROFILE (e.g. cpu-paper), POOL and CONFIG pick the recipe, as for train-paper; each
+## seed's conductor is also evaluated on UNSEEN_POOL. The conductor for any pool trains on the model zoo:
+##   make seeds POOL=replay-zoo-train CONFIG=data/train/zoo.yaml UNSEEN_POOL=replay-validation-six
 SEEDS ?= 0 1 2
 PROFILE ?=
 seeds: setup
-	$(if $(PROFILE),CORYPHAEUS_TRAINER_PROFILE=$(PROFILE)) $(PY) -m assets.seeds --seeds $(SEEDS) --pool $(POOL) $(if $(CONFIG),--config $(CONFIG))
+	$(if $(PROFILE),CORYPHAEUS_TRAINER_PROFILE=$(PROFILE)) $(PY) -m assets.seeds --seeds $(SEEDS) --pool $(POOL) \
+		--unseen-pool $(UNSEEN_POOL) $(if $(CONFIG),--config $(CONFIG))
 
 ## Every GRPO run's curves (reward, parse failures, routing, per-worker shares), live, on http://127.0.0.1:6006.
 tensorboard: setup

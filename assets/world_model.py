@@ -85,9 +85,10 @@ def train_split_world_model_path(warehouse: WarehouseResource, pool_name: str) -
 def world_model(
     context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
-    """W(subtask, worker) -> P(success) (+ cost/latency where the telemetry has them), fitted on every scored call."""
+    """W(subtask, worker) -> P(success) (+ cost/latency where the telemetry has them), fitted on every
+    scored call of the pool's seats."""
     pool_config = pool.load()
-    frame = load_training_frame(warehouse.get_warehouse())
+    frame = load_training_frame(warehouse.get_warehouse(), pool_config.worker_names)
     if frame.is_empty():
         raise dg.Failure("no scored probe or step calls in the warehouse: materialize probe_calls first")
     seats = {seat.name: seat for seat in pool_config.workers}
@@ -123,7 +124,7 @@ def world_model_report(
 ) -> dg.MaterializeResult:
     """W vs per-worker marginal baselines out of sample, and the W-router on the pool's held-out questions."""
     pool_config = pool.load()
-    frame = load_training_frame(warehouse.get_warehouse())
+    frame = load_training_frame(warehouse.get_warehouse(), pool_config.worker_names)
     seats = {seat.name: seat for seat in pool_config.workers}
     try:
         full_model = load_world_model(world_model_path(warehouse, pool_config.name))

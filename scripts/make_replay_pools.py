@@ -132,6 +132,33 @@ TEST_SIX = [
 TEST_SIX_REORDERED = [TEST_SIX[i] for i in (4, 2, 5, 0, 3, 1)]
 TEST_FOUR = ["Qwen2-72B-Instruct", "Yi-1.5-34B-Chat", "Meta-Llama-3-70B-Instruct", "gemma-2-27b-it"]
 TEST_EIGHT = [*TEST_SIX, "Qwen2-72B-Instruct", "Yi-1.5-34B-Chat"]
+# The model zoo a conductor for any pool trains on, and the validation models held out of it to
+# develop against (the test models are for final figures only). Both are drawn from the seventeen
+# other models ZeroEval recorded on all of MATH level-5 and GSM8K test, so every sub-pool of the zoo
+# answers every training question. The validation six span 0.19-0.55 on MATH L5 (ZeroEval's own match)
+# and six families, as replay-test-six does five; the zoo keeps the eleven others, from o1-mini (0.89)
+# to gemma-2-2b (0.04), so sub-pools differ in who is best.
+VALIDATION_SIX = [
+    "Athene-70B",
+    "claude-3-opus-20240229",
+    "gpt-4o-2024-05-13",
+    "Phi-3.5-mini-instruct",
+    "Qwen2-7B-Instruct",
+    "Yi-1.5-9B-Chat",
+]
+ZOO_TRAIN = [
+    "o1-mini-2024-09-12",
+    "gpt-4o-2024-08-06",
+    "claude-3-5-sonnet-20240620",
+    "gemini-1.5-pro",
+    "Llama-3.1-405B-Inst@sambanova",
+    "deepseek-v2.5-0908",
+    "reka-core-20240501",
+    "gpt-3.5-turbo-0125",
+    "Meta-Llama-3.1-8B-Instruct",
+    "Meta-Llama-3-8B-Instruct",
+    "gemma-2-2b-it",
+]
 
 # The aggregator seat of replay-mixed6-vote: no model, so no replay source, family or price.
 VOTE_SEAT = {
@@ -239,6 +266,25 @@ def main() -> None:
             "The six replay-mixed6 models plus the conductor itself as a seat, so a workflow can hand a subtask "
             "to a new workflow (recursion, depth-capped by the orchestrator).",
             [*zeroeval_seats(MIXED6), CONDUCTOR_SEAT],
+        ),
+    )
+    write(
+        POOLS_DIR / "replay-zoo-train.yaml",
+        pool_document(
+            "replay-zoo-train",
+            "The model zoo a conductor for any pool trains on: eleven models of eight families recorded by ZeroEval "
+            "on all of MATH level-5 and GSM8K test, no test or validation model; training shows each question a "
+            "random sub-pool of them.",
+            zeroeval_seats(ZOO_TRAIN),
+        ),
+    )
+    write(
+        POOLS_DIR / "replay-validation-six.yaml",
+        pool_document(
+            "replay-validation-six",
+            "Six validation models (held out of replay-zoo-train, not test models) from six families, recorded "
+            "by ZeroEval on all of MATH level-5 and GSM8K test, one sample per question: develop against these.",
+            zeroeval_seats(VALIDATION_SIX),
         ),
     )
     test_pools = {

@@ -42,6 +42,7 @@ def conductor_prompt_rows(
     *,
     randomize_pools: bool = False,
     min_pool_size: int = 2,
+    max_pool_size: int | None = None,
     seed: int = 0,
     question_id: Callable[[Any], str] = lambda q: q.question_id,
     must_show: Callable[[Any], Sequence[Sequence[str]]] | None = None,
@@ -49,8 +50,9 @@ def conductor_prompt_rows(
 ) -> list[dict]:
     """One GRPO dataset row per question: `prompt` (chat messages), `question_id`, `workers`.
 
-    With `randomize_pools` (the paper), each question shows a random subset of the pool (at least
-    `min_pool_size` workers, order shuffled), so the policy learns to route over unseen pools;
+    With `randomize_pools` (the paper), each question shows a random subset of the pool (from
+    `min_pool_size` to `max_pool_size` workers, default the whole pool; order shuffled), so the
+    policy learns to route over unseen pools;
     `workers` records exactly what that prompt displayed, which the reward's parser must use.
     `must_show(question)` gives groups of workers; each random subset then holds one worker of
     every (non-empty) group, e.g. (solvers, failers) so that a contested question stays contested
@@ -62,7 +64,7 @@ def conductor_prompt_rows(
     for question in questions:
         shown = list(workers)
         if randomize_pools and len(shown) > min_pool_size:
-            size = rng.randint(min_pool_size, len(shown))
+            size = rng.randint(min_pool_size, min(len(shown), max_pool_size or len(shown)))
             if must_show is None:
                 shown = rng.sample(shown, size)
             else:
@@ -128,6 +130,7 @@ def pool_prompt_rows(
         build_messages,
         randomize_pools=settings.randomize_pools,
         min_pool_size=settings.min_pool_size,
+        max_pool_size=settings.max_pool_size,
         seed=settings.seed,
         must_show=must_show if anchors or needs_solver else None,
         order=by_predicted_success if ranked else None,

@@ -130,7 +130,10 @@ class GRPOSettings:
     randomize_pools: bool = field(default=True, metadata=_knob(
         "Show each training question a random subset of the pool (the paper's randomised pools)."))
     min_pool_size: int = field(default=2, metadata=_knob(
-        "Smallest random pool subset shown to the policy (sizes are drawn uniformly from it to the pool's size).", ge=1))
+        "Smallest random pool subset shown to the policy (sizes are drawn uniformly from it to max_pool_size).", ge=1))
+    max_pool_size: int | None = field(default=None, metadata=_knob(
+        "Largest random pool subset shown to the policy; None: the whole pool (a zoo of many seats needs a cap).",
+        ge=1))
     per_device_train_batch_size: int = field(default=8, metadata=_help(
         "Rollouts per forward/backward micro-batch; gradient accumulation makes up a full step."))
     num_processes: int = field(default=1, metadata=_help(
@@ -168,6 +171,8 @@ class GRPOSettings:
 
     def __post_init__(self) -> None:
         """The rules between GRPO's own knobs, checked whenever settings are made (a profile, an override)."""
+        if self.max_pool_size is not None and self.max_pool_size < self.min_pool_size:
+            raise ValueError(f"max_pool_size {self.max_pool_size} is below min_pool_size {self.min_pool_size}")
         if self.fan_outs_only and not self.constrained_decoding:
             raise ValueError("fan_outs_only is a rule of constrained decoding: set constrained_decoding: true too")
         if self.fan_outs_only and not self.share_prompt_prefix:

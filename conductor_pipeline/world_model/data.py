@@ -14,7 +14,7 @@ so the model can be developed and benchmarked before probing has filled the ware
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import polars as pl
@@ -60,9 +60,12 @@ def rows_by_source(frame: pl.DataFrame) -> dict[str, int]:
     return {row["source"]: int(row["len"]) for row in counts.iter_rows(named=True)}
 
 
-def load_training_frame(warehouse: Warehouse) -> pl.DataFrame:
-    """Every scored probe and workflow-step call, joined to its question (sql/world_model_training_rows.sql)."""
-    return normalize_training_frame(warehouse.query(load_sql("world_model_training_rows")))
+def load_training_frame(warehouse: Warehouse, workers: Collection[str] | None = None) -> pl.DataFrame:
+    """Every scored probe and workflow-step call, joined to its question (sql/world_model_training_rows.sql);
+    with `workers`, only theirs. A pool's own W reads its seats' rows only: the warehouse also holds
+    other pools' probes, test models' among them, which nothing a conductor trains on may learn from."""
+    frame = normalize_training_frame(warehouse.query(load_sql("world_model_training_rows")))
+    return frame if workers is None else frame.filter(pl.col("worker").is_in(list(workers)))
 
 
 def replay_training_frame(

@@ -42,3 +42,16 @@ def test_the_shipped_pools_of_test_models_come_in_sizes_orders_and_with_a_vote()
     assert sorted(six.worker_names) == sorted(reordered.worker_names) and six.worker_names != reordered.worker_names
     assert len({len(p.workers) for p in pools.values()}) >= 3
     assert any(p.vote_seat_names for p in pools.values())
+
+
+def test_the_zoo_and_the_validation_models_are_disjoint_and_hold_no_test_model():
+    """A conductor for any pool trains on the zoo and is developed against the validation six: it must
+    never have met them, nor a test model."""
+    zoo, validation = load_pool("replay-zoo-train"), load_pool("replay-validation-six")
+    refuse_test_models(zoo)
+    refuse_test_models(validation)
+    zoo_models = {seat.model.casefold() for seat in zoo.workers}
+    assert not zoo_models & {seat.model.casefold() for seat in validation.workers}
+    assert len(zoo.workers) >= 8 and len(validation.workers) == 6
+    tested = {seat.model.casefold() for p in POOLS_DIR.glob("replay-test-*.yaml") for seat in load_pool(p).workers}
+    assert not zoo_models & tested

@@ -253,6 +253,18 @@ def test_randomised_pools_show_subsets_and_record_them():
     assert all(row["workers"] == WORKERS for row in fixed)
 
 
+def test_randomised_pools_are_drawn_between_the_smallest_and_the_largest_size_asked():
+    pool = [f"w{i}" for i in range(11)]
+    questions = [f"question {i}" for i in range(200)]
+    rows = conductor_prompt_rows(
+        questions, pool, short_prompt, randomize_pools=True, min_pool_size=3, max_pool_size=8, question_id=str, seed=0
+    )
+    assert {len(row["workers"]) for row in rows} == set(range(3, 9))
+    assert {w for row in rows for w in row["workers"]} == set(pool)  # every zoo model is shown somewhere
+    with pytest.raises(ValueError, match="max_pool_size 2 is below min_pool_size 3"):
+        GRPOSettings(min_pool_size=3, max_pool_size=2)
+
+
 def test_sub_pools_can_be_made_to_keep_each_questions_routing_decision():
     """With must_show, every random sub-pool holds one solver and one failer of its question."""
     pool = ["w0", "w1", "w2", "w3", "w4", "w5"]

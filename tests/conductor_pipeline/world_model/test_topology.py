@@ -134,6 +134,15 @@ def test_a_warehouse_written_before_the_column_migrates_and_old_steps_stay_unkno
     assert load_training_frame(reopened)["visible_steps"].to_list() == [0, None, 3]
 
 
+def test_a_pools_training_rows_leave_out_the_other_pools_seats(tmp_path: Path) -> None:
+    """The warehouse holds every pool's probes, test models' too: a pool's W reads its own seats only."""
+    store = Warehouse(tmp_path / "w.duckdb")
+    store.insert("questions", [Question("q0", "math", "test", "What is 1?", "1")])
+    store.insert("calls", [step_call("p1", "probe", "alpha-7b", 0), step_call("p2", "probe", "gpt-4o-mini", 0)])
+    assert sorted(load_training_frame(store)["worker"].to_list()) == ["alpha-7b", "gpt-4o-mini"]
+    assert load_training_frame(store, ["alpha-7b", "beta-13b"])["worker"].to_list() == ["alpha-7b"]
+
+
 def test_subject_and_level_describe_a_step_shown_earlier_results() -> None:
     rows = pl.DataFrame({
         "worker": [VOTE.name] * 3, "subtask": ["Give the majority answer."] * 3, "problem": ["Find the area."] * 3,

@@ -24,18 +24,31 @@ generates the workflows of many questions per forward pass (`HFLocalPolicy.propo
 
 # No `from __future__ import annotations`: Dagster reads the config parameter's annotation as a class.
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 
 import dagster as dg
 from pydantic import Field
 
-from assets.deployment import SEED_TAG
-from assets.metadata import latest_metadata, latest_metadata_value, png_markdown, stage
+from assets.evaluation_inputs import (
+    CHECKPOINT_ASSET,
+    TrainedPolicy,
+    latest_warm_start,
+    probe_ceilings,
+    questions_seen_in_training,
+    routing_world_model,
+    trained_policy,
+    world_model_routing,
+)
+from assets.evaluation_metadata import (
+    CONDUCTOR_CHECK,
+    conductor_check_result,
+    eval_arms_metadata,
+    eval_tables_metadata,
+)
+from assets.metadata import stage
 from assets.probing import pass_rates
-from assets.world_model import WorldModelFitConfig, train_split_world_model_path
-from conductor_pipeline.conductor.prompt import PromptSpec, read_trained_prompt
+from assets.world_model import WorldModelFitConfig
+from conductor_pipeline.conductor.prompt import read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
@@ -49,7 +62,6 @@ from conductor_pipeline.evaluation.slices import (
     eval_slice,
     find_leaks,
     population,
-    training_question_ids,
 )
 from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
 from conductor_pipeline.grading.regrade import StaleGradesError, require_current_grades
@@ -58,23 +70,14 @@ from conductor_pipeline.probing.pass_rates import pass_rate_table
 from conductor_pipeline.records import stable_id
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
 from conductor_pipeline.stats import DEFAULT_BOOTSTRAP_RESAMPLES, DEFAULT_CONFIDENCE
-from conductor_pipeline.warehouse import Warehouse
-from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
-from conductor_pipeline.world_model.persistence import save_world_model
 from conductor_pipeline.world_model.prompts_and_pruning import prompt_predictor
-from resources.conductor import TRAINED_PROMPT_FIELDS, ConductorPolicyResource
+from resources.conductor import ConductorPolicyResource
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
 GROUP = "evaluation"
 # Read from the event log when present (`latest_metadata_value`), never required.
-CHECKPOINT_ASSET = "conductor_checkpoint"
-WARM_START_ASSET = "warm_start_policy"
-CONTESTED_SET_ASSET = "contested_set"
 WORLD_MODEL_ASSET = "world_model"
-WORLD_MODEL_REPORT_ASSET = "world_model_report"
-CEILINGS_ASSET = "oracle_ceilings"
-CONDUCTOR_CHECK = "conductor_beats_best_single"
 # Dagster's UI shows markdown shorter than this inline and hides longer markdown behind a click:
 # the verdict lines and the conductor's result must be read without one.
 UI_INLINE_MARKDOWN_CHARS = 1000
@@ -155,23 +158,7 @@ class EvalArmsConfig(dg.Config):
     )
 
 
-def questions_seen_in_training(store: Warehouse, instance: dg.DagsterInstance) -> list[str]:
-    """Every question a conductor was trained or run on outside evaluation, with the latest
-    contested set's. Read from the event log rather than as an asset dependency: evaluation must
-    not wait for (or be blocked by) a training run that the gates may rightly refuse."""
-    return training_question_ids(store, latest_metadata_value(instance, CONTESTED_SET_ASSET, "manifest_path"))
-
-
-@dataclass(frozen=True)
-class TrainedPolicy:
-    """A model a training asset wrote, with the prompt and sampling it was trained under (None
-    for a materialization from before the training assets recorded it)."""
-
-    path: str
-    prompt: PromptSpec | None
-
-
-def _conductor_resources(
+def conductor_resources(
     config: EvalArmsConfig, conductor: ConductorPolicyResource, trained: Sequence[TrainedPolicy]
 ) -> list[ConductorPolicyResource]:
     """The conductor resource (unless it is the untrained default), the configured checkpoints
@@ -185,39 +172,6 @@ def _conductor_resources(
             paths.append(policy.path)
             chosen.append(conductor.with_checkpoint(policy.path, policy.prompt))
     return chosen
-
-
-def _trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: str) -> TrainedPolicy | None:
-    """The model of `asset`'s latest materialization (its `path_field`), while it is on disk and was
-    trained with this run's seed: after a seed whose gate closed, the latest checkpoint is another
-    seed's, and evaluating it under this seed would count one conductor twice."""
-    instance = context.instance
-    path = latest_metadata_value(instance, asset, path_field)
-    if path is None:
-        return None
-    seed = context.run.tags.get(SEED_TAG)
-    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-    trained_with = event and instance.get_run_by_id(event.run_id)
-    trained_seed = trained_with.tags.get(SEED_TAG) if trained_with else None
-    if seed is not None and trained_seed is not None and trained_seed != seed:
-        context.log.warning(f"latest {asset} model {path} was trained with seed {trained_seed}, this run is seed {seed}; "
-                            "not evaluated")
-        return None
-    if not Path(str(path)).exists():
-        context.log.warning(f"latest {asset} model {path} is gone; not evaluated")
-        return None
-    prompt = latest_metadata_value(instance, asset, "prompt")
-    if prompt is None:
-        context.log.warning(f"latest {asset} recorded no training prompt; {path} is prompted like the conductor resource")
-    return TrainedPolicy(str(path), PromptSpec.model_validate(prompt) if isinstance(prompt, Mapping) else None)
-
-
-def _latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None:
-    """The latest warm-started model, when the warm start trained one (not the base policy it
-    passes on when disabled) and it is still on disk."""
-    if latest_metadata_value(context.instance, WARM_START_ASSET, "warm_start") is not True:
-        return None
-    return _trained_policy(context, WARM_START_ASSET, "model_path")
 
 
 @dg.asset(
@@ -259,26 +213,15 @@ def eval_arms(
     except SplitLeakError as exc:
         raise dg.Failure(f"train/eval leak before any arm ran: {exc}") from exc
 
-    warm_start = _latest_warm_start(context) if config.use_warm_start_policy else None
-    checkpoint = _trained_policy(context, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None
+    warm_start = latest_warm_start(context) if config.use_warm_start_policy else None
+    checkpoint = trained_policy(context, CHECKPOINT_ASSET, "checkpoint_path") if config.use_trained_checkpoint else None
     trained = [policy for policy in (warm_start, checkpoint) if policy is not None]
-    conductors = _conductor_resources(config, conductor, trained)
-    train_split_w: WorldModel | None = None
-    w_metadata: dict[str, object] = {}
-    if config.world_model_router or config.w_cascade or any(c.show_predicted_success for c in conductors):
-        train_split_w = fit_train_split_world_model(store, seats, config.world_model.model_settings())
-        w_ids = sorted(train_split_w.training_question_ids)
-        on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
-        leaked = sorted(set(w_ids) & set(chosen.question_ids))
-        if on_eval_side or leaked:
-            raise dg.Failure(f"the routing W saw eval questions: {(on_eval_side or leaked)[:5]}")
-        w_path = save_world_model(train_split_w, train_split_world_model_path(warehouse, pool_config.name))
-        w_metadata = {
-            "world_model_path": dg.MetadataValue.path(str(w_path)),
-            "world_model_training_questions": len(w_ids),
-            "world_model_training_rows": train_split_w.training_summary["rows"],
-        }
-        context.log.info(f"train-split W: {len(w_ids)} questions, {train_split_w.training_summary['rows']} rows")
+    conductors = conductor_resources(config, conductor, trained)
+    train_split_w, w_metadata = (
+        routing_world_model(warehouse, pool_config.name, seats, config.world_model, chosen.question_ids, context.log)
+        if config.world_model_router or config.w_cascade or any(c.show_predicted_success for c in conductors)
+        else (None, {})
+    )
     predictor = prompt_predictor(train_split_w, pool_config.workers) if train_split_w is not None else None
     routing_predictions = (
         RoutingPredictions.from_model(train_split_w, seats, questions, calibration.worker)
@@ -369,32 +312,7 @@ def eval_arms(
             "cascade_votes": {choice.arm().name: choice.vote for choice in cascades},
         },
     )
-    return dg.Output(
-        summary,
-        metadata={
-            "run_id": run_id,
-            "pool": pool_config.name,
-            "planned_slice_size": config.slice_size,
-            "slice_size": len(questions),
-            "slice_order": config.order,
-            "restricted_to_recorded": restricted,
-            "split_fingerprint": chosen.split_fingerprint,
-            "repeats": config.repeats,
-            "arms": dg.MetadataValue.json(arm_names),
-            "best_single_worker": calibration.worker,
-            "calibration_questions": len(calibration.calibration_question_ids),
-            "calibration_accuracies": dg.MetadataValue.json(calibration.accuracies),
-            "agreement_cascades": dg.MetadataValue.json([choice.metadata() for choice in cascades]),
-            "conductor_prompts": dg.MetadataValue.json({
-                c.arm_label: {
-                    "model": c.model_path or c.model, **{f: getattr(c, f) for f in TRAINED_PROMPT_FIELDS},
-                    "max_new_tokens": c.effective_max_new_tokens,
-                }
-                for c in conductors
-            }),
-            **w_metadata,
-        },
-    )
+    return dg.Output(summary, metadata=eval_arms_metadata(summary, calibration, cascades, conductors, w_metadata))
 
 
 @dg.asset_check(
@@ -439,48 +357,6 @@ class EvalTablesConfig(dg.Config):
 
     def paired_settings(self) -> PairedSettings:
         return PairedSettings(confidence=self.confidence, n_resamples=self.n_bootstrap, seed=self.seed)
-
-
-def _routing_metadata(routing: dict | None) -> dict[str, dg.MetadataValue]:
-    """The W-router's accuracy and the share of the oracle headroom it recovers, as numbers."""
-    if routing is None:
-        return {}
-    metadata = {"w_router_accuracy": dg.MetadataValue.float(round(routing["accuracy"], 4))}
-    if routing["headroom_recovered"] is not None:  # no headroom (oracle = best single): no share to report
-        metadata["w_router_headroom_recovered"] = dg.MetadataValue.float(round(routing["headroom_recovered"], 4))
-    return metadata
-
-
-def world_model_routing(instance: dg.DagsterInstance, pool: str) -> Mapping[str, object] | None:
-    """The latest `world_model_report`'s cross-validated routing figures for `pool`
-    (`routing_figures[<pool>]`: questions, population, accuracies, headroom recovered with its
-    interval), or None when the report has not routed this pool."""
-    entry = (latest_metadata(instance, WORLD_MODEL_REPORT_ASSET) or {}).get(f"routing_figures[{pool}]")
-    return None if entry is None else dict(entry.value)
-
-
-def probe_ceilings(instance: dg.DagsterInstance, pool: str) -> dict[str, object] | None:
-    """The latest `oracle_ceilings` figures (questions, best single, oracle) when they are this pool's."""
-    metadata = latest_metadata(instance, CEILINGS_ASSET) or {}
-    if "pool" not in metadata or metadata["pool"].value != pool:
-        return None
-    return {key: metadata[key].value for key in ("n_questions", "best_single", "oracle") if key in metadata}
-
-
-def conductor_check_result(verdicts: dict[str, str]) -> dg.AssetCheckResult:
-    """Passes when a conductor arm beats the best single worker by the paired interval; a warning."""
-    phrase = {"beats": "beats", "ties": "ties with", "loses": "loses to"}
-    if not verdicts:
-        description = "no conductor arm was evaluated"
-    else:
-        description = "; ".join(f"{arm} {phrase.get(v, v)} the best single worker" for arm, v in verdicts.items())
-    return dg.AssetCheckResult(
-        check_name=CONDUCTOR_CHECK,
-        passed=any(verdict == "beats" for verdict in verdicts.values()),
-        severity=dg.AssetCheckSeverity.WARN,
-        description=description,
-        metadata={"verdicts": dg.MetadataValue.json(verdicts)},
-    )
 
 
 @dg.asset(
@@ -542,18 +418,7 @@ def eval_tables(
         f"eval tables for {eval_arms.run_id}: {results.table.height} arms on {results.n_common} common questions"
     )
     return dg.MaterializeResult(
-        metadata={
-            "run_id": eval_arms.run_id,
-            "n_scored": results.n_common,
-            "planned_slice_size": eval_arms.planned_size,
-            "n_label": results.table["n_label"][0] if results.table.height else "n=0",
-            "split_fingerprint": eval_arms.split_fingerprint,
-            **{key: dg.MetadataValue.md(text) for key, text in results.markdown.items()},
-            **_routing_metadata(results.routing),
-            "accuracy_vs_cost_plot": png_markdown(results.accuracy_png, "accuracy vs cost per arm"),
-            "running_gap_plot": png_markdown(results.gap_png, "running gap to the best single worker"),
-            "tables_dir": dg.MetadataValue.path(str(out_dir)),
-        },
+        metadata=eval_tables_metadata(eval_arms, results, out_dir),
         check_results=[conductor_check_result(results.conductor_verdicts)],
     )
 

@@ -38,21 +38,23 @@ from conductor_pipeline.evaluation.frames import (
     worker_usage,
 )
 from conductor_pipeline.evaluation.learning import conductor_comparisons, order_agreement, steps_by_position
+from conductor_pipeline.evaluation.learning_markdown import (
+    cascades_markdown,
+    conductor_comparisons_markdown,
+    order_invariance_markdown,
+    positions_markdown,
+)
 from conductor_pipeline.evaluation.markdown import (
     arm_labels,
     arm_table_markdown,
-    cascades_markdown,
-    conductor_comparisons_markdown,
     conductor_summary,
     cost_story_markdown,
     decomposition_markdown,
     describe_eval_population,
     frontier_markdown,
     markdown_table,
-    order_invariance_markdown,
     paired_table_markdown,
     points_rows,
-    positions_markdown,
     routing_summary_markdown,
     verdict_lines,
 )

@@ -1,5 +1,6 @@
 """The evaluation's markdown: the arm table, the paired verdicts, the conductor's result, the cost
-story and the routing summary, in the form a reader takes in at a glance.
+story and the routing summary, in the form a reader takes in at a glance (whether a conductor learnt to
+route: `learning_markdown`).
 
 Numbers are rounded one way everywhere: accuracies to 3 decimals, differences in accuracy points
 with one decimal and a sign, costs to 3 significant digits (never a bare 0.000), p-values to 3
@@ -112,7 +113,7 @@ def markdown_table(frame: pl.DataFrame, *, float_digits: int = 3) -> str:
     )
 
 
-def _github(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
+def github_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
     """Pre-formatted cells as a GitHub table (tabulate would re-parse numeric strings)."""
     return tabulate(rows, headers=list(headers), tablefmt="github", disable_numparse=True)
 
@@ -136,9 +137,9 @@ def arm_table_markdown(table: pl.DataFrame, labels: Mapping[str, str] | None = N
             r["se_note"] or fmt_accuracy(r["se"]), fmt_cost(r["cost_per_question"]),
             fmt_number(r["tokens_per_question"]),
             NOT_AVAILABLE if r["tokens_estimated"] is None else ("est." if r["tokens_estimated"] else "reported"),
-            fmt_number(r["latency_per_question_s"], 2), fmt_number(r["mean_steps"], 2), _share(r["parse_ok_share"]),
+            fmt_number(r["latency_per_question_s"], 2), fmt_number(r["mean_steps"], 2), fmt_share(r["parse_ok_share"]),
         ])
-    text = _github(rows, headers)
+    text = github_table(rows, headers)
     if table.height and table["tokens_estimated"].fill_null(False).any():
         text += f"\n\n{ESTIMATED_NOTE}."
     return text
@@ -156,7 +157,7 @@ def paired_table_markdown(
          fmt_share_estimate(c.headroom_recovered), c.verdict]
         for arm in order if (c := comparisons.get(arm)) is not None
     ]
-    return _github(rows, headers) + (
+    return github_table(rows, headers) + (
         "\n\nDifference: arm minus best single, percentile bootstrap over questions (a question's repeats "
         "resampled together). Headroom recovered (APGR): (arm - best single) / (oracle - best single). "
         f"{VERDICT_RULE.format(n=len(rows))} The exact McNemar test of the discordant counts is in the table's "
@@ -295,7 +296,7 @@ def frontier_markdown(
                  if reference_cost else NOT_AVAILABLE)
         rows.append([labels.get(r["arm"], r["arm"]), fmt_cost(r["cost_per_question"]), share,
                      fmt_accuracy(r["accuracy"]), "yes" if r["arm"] in frontier else "-"])
-    return _github(rows, ["arm", "cost / question (USD)", "share of best single's cost", "accuracy", "on the frontier"])
+    return github_table(rows, ["arm", "cost / question (USD)", "share of best single's cost", "accuracy", "on the frontier"])
 
 
 def cost_story_markdown(
@@ -328,7 +329,7 @@ def cost_story_markdown(
                 f"- {router}, cheapest configuration not worse than {reference_label}: "
                 f"{knob} = {cheapest['value']:.3g}, "
                 f"{fmt_accuracy(cheapest['accuracy'])} ({_sweep_difference(cheapest)}, {cheapest['verdict']}) at "
-                f"{fmt_cost(cheapest['cost_per_question'])} USD = {_share(cheapest['cost_share'])} of its cost."
+                f"{fmt_cost(cheapest['cost_per_question'])} USD = {fmt_share(cheapest['cost_share'])} of its cost."
             )
         if half is None:
             lines.append(f"- {router} at half of {reference_label}'s cost: no configuration is that cheap.")
@@ -336,11 +337,11 @@ def cost_story_markdown(
             lines.append(
                 f"- {router} at half of {reference_label}'s cost: {fmt_accuracy(half['accuracy'])} "
                 f"({_sweep_difference(half)}, {half['verdict']}; {knob} = {half['value']:.3g}, "
-                f"{_share(half['cost_share'])} of its cost)."
+                f"{fmt_share(half['cost_share'])} of its cost)."
             )
     for arm, c in baselines.items():
         cost = baseline_costs.get(arm)
-        share = _share(cost / reference_cost) if cost is not None and reference_cost else NOT_AVAILABLE
+        share = fmt_share(cost / reference_cost) if cost is not None and reference_cost else NOT_AVAILABLE
         lines.append(
             f"- {labels.get(arm, arm)}: {fmt_accuracy(c.arm_accuracy)} ({fmt_estimate_points(c.difference)} pts, "
             f"**{c.verdict}**) at {fmt_cost(cost)} USD per question{est} = {share} of {reference_label}'s cost."
@@ -354,7 +355,7 @@ def cost_story_markdown(
     return "\n".join(lines)
 
 
-def _share(value: float | None) -> str:
+def fmt_share(value: float | None) -> str:
     return NOT_AVAILABLE if _missing(value) else f"{value:.0%}"
 
 
@@ -399,7 +400,7 @@ def routing_summary_markdown(
         rows.append(["oracle_ceilings (latest)", CEILING_POPULATION, str(ceilings.get("n_questions", NOT_AVAILABLE)),
                      fmt_accuracy(ceilings.get("best_single")), fmt_accuracy(ceilings.get("oracle")),
                      NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE])
-    text = f"Routing on pool `{pool}`\n\n" + _github(rows, headers)
+    text = f"Routing on pool `{pool}`\n\n" + github_table(rows, headers)
     text += (
         "\n\nWhy the figures differ: they are measured on different questions. The eval slice is only "
         f"{eval_population}; the report and the ceilings count every probed question, other corpora and "
@@ -414,77 +415,3 @@ def describe_eval_population(corpus: str, math_levels: Sequence[int], *, restric
     levels = f" level {', '.join(map(str, math_levels))}" if corpus == "math" and math_levels else ""
     recorded = ", recorded by every seat" if restricted_to_recorded else ""
     return f"{corpus}{levels}, eval split{recorded}"
-
-
-# ---------------------------------------------------------------------- did it learn to route?
-
-
-def pairs_markdown(frame: pl.DataFrame, labels: Mapping[str, str], kind: str) -> str:
-    """A table of `learning.comparison_rows` (each `kind` arm against its references) with the verdict rule."""
-    rows = [
-        [labels.get(r["arm"], r["arm"]), r["against"], labels.get(r["reference"], r["reference"]), str(r["n_questions"]),
-         fmt_accuracy(r["accuracy"]), fmt_accuracy(r["reference_accuracy"]),
-         fmt_estimate_points(Estimate(r["difference"], r["difference_low"], r["difference_high"])),
-         fmt_p(r["p_holm"]), f"**{r['verdict']}**"]
-        for r in frame.iter_rows(named=True)
-    ]
-    headers = [kind, "against", "reference arm", "questions", f"{kind} accuracy", "reference accuracy",
-               "difference (pts) [95% CI]", "p (Holm)", "verdict"]
-    return f"{_github(rows, headers)}\n\n{VERDICT_RULE.format(n=len(rows))}"
-
-
-def conductor_comparisons_markdown(frame: pl.DataFrame, labels: Mapping[str, str]) -> str:
-    """Each conductor arm against the arms that tell routing from format and position."""
-    if frame.is_empty():
-        return "no conductor arm shares questions with its references"
-    return pairs_markdown(frame, labels, "conductor") + (
-        " A conductor has learnt to route only if it beats its warm start "
-        "and random routing here, and ties with its own pool-order arm when the catalogue is shuffled (`@shuffled`)."
-    )
-
-
-def cascades_markdown(stops: pl.DataFrame, pairs: pl.DataFrame, labels: Mapping[str, str]) -> str:
-    """How often each agreement cascade escalated or stopped early (right, wrong), and the cascades
-    paired against the vote they stop early and the best single worker."""
-    shown = stops.with_columns(pl.col("arm").replace(dict(labels)))
-    return markdown_table(shown) + ("\n\n" + pairs_markdown(pairs, labels, "cascade") if pairs.height else "")
-
-
-def positions_markdown(positions: pl.DataFrame, labels: Mapping[str, str]) -> str:
-    """Share of each conductor arm's steps per catalogue position (0 = listed first)."""
-    if positions.is_empty():
-        return "no parsed conductor workflow recorded its catalogue"
-    width = int(positions["position"].max()) + 1
-    rows = []
-    for arm in positions["arm"].unique(maintain_order=True).to_list():
-        shares = dict(positions.filter(pl.col("arm") == arm).select("position", "share").iter_rows())
-        steps = int(positions.filter(pl.col("arm") == arm)["steps"].sum())
-        rows.append([labels.get(arm, arm), str(steps), *(_share(shares.get(p, 0.0)) for p in range(width))])
-    return _github(rows, ["conductor", "steps", *(f"position {p}" for p in range(width))]) + (
-        "\n\nPositions are where the catalogue the conductor saw listed the worker. In pool-file order a position "
-        "is also a worker; in a shuffled catalogue a flat row means the policy does not prefer positions."
-    )
-
-
-def order_invariance_markdown(
-    agreement: pl.DataFrame, comparisons: pl.DataFrame, labels: Mapping[str, str]
-) -> str:
-    """Per conductor arm: accuracy with the pool-file order and with a shuffled catalogue, paired,
-    and how often the two picked the same workers."""
-    if agreement.is_empty():
-        return "no conductor arm was evaluated in two catalogue orders"
-    rows = []
-    for r in agreement.iter_rows(named=True):
-        paired = comparisons.filter((pl.col("arm") == r["shuffled_arm"]) & (pl.col("reference") == r["arm"]))
-        if paired.height:
-            p = paired.row(0, named=True)
-            accuracy = f"{fmt_accuracy(p['reference_accuracy'])} / {fmt_accuracy(p['accuracy'])}"
-            difference = fmt_estimate_points(Estimate(p["difference"], p["difference_low"], p["difference_high"]))
-            verdict = "keeps its accuracy" if p["verdict"] == "ties" else f"**{p['verdict']}** when shuffled"
-        else:
-            accuracy, difference, verdict = NOT_AVAILABLE, NOT_AVAILABLE, NOT_AVAILABLE
-        rows.append([labels.get(r["arm"], r["arm"]), accuracy, difference, str(r["both_parsed"]),
-                     _share(r["same_workers"]), _share(r["same_final_worker"]), verdict])
-    headers = ["conductor", "accuracy: pool order / shuffled", "shuffled - pool order (pts) [95% CI]",
-               "questions both parsed", "same workers", "same final worker", "order invariance"]
-    return _github(rows, headers)

@@ -35,7 +35,8 @@ import dagster as dg
 from assets.definitions import definitions_for
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, run_tags
 from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
-from assets.results import UNSEEN_POOL, materializations
+from assets.metadata import materializations
+from assets.results import UNSEEN_POOL
 from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, read_trained_prompt
 from conductor_pipeline.pools.backends.replay import unrecorded_seats
 from conductor_pipeline.pools.config import PoolConfig, PoolConfigError, load_pool, pool_path

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.deployment import SEED_TAG
-from assets.metadata import latest_metadata, latest_metadata_value
+from assets.deployment import RECIPE_TAG, SEED_TAG
+from assets.metadata import latest_metadata, latest_metadata_value, materializations
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import PromptSpec
 from conductor_pipeline.evaluation.slices import training_question_ids
@@ -47,35 +47,41 @@ class TrainedPolicy:
     prompt: PromptSpec | None
 
 
+def run_materialization(context: dg.AssetExecutionContext, asset: str) -> Mapping[str, dg.MetadataValue] | None:
+    """The metadata of `asset`'s newest materialization by a run of this run's seed and recipe (as
+    far as this run is tagged with them), or None. Evaluating seed 0 after seeds 1 and 2 trained
+    must read seed 0's checkpoint, not the newest one; and after a seed whose gate closed, the newest
+    checkpoint is another seed's, which evaluated under this seed would count one conductor twice."""
+    wanted = {key: context.run.tags[key] for key in (SEED_TAG, RECIPE_TAG) if key in context.run.tags}
+    for tags, event in materializations(context.instance, asset, limit=10_000):
+        if all(tags.get(key) == value for key, value in wanted.items()) and event.asset_materialization is not None:
+            return event.asset_materialization.metadata
+    if wanted and latest_metadata(context.instance, asset) is not None:
+        context.log.warning(f"no {asset} was materialized by a run of {wanted}; not evaluated")
+    return None
+
+
 def trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: str) -> TrainedPolicy | None:
-    """The model of `asset`'s latest materialization (its `path_field`), while it is on disk and was
-    trained with this run's seed: after a seed whose gate closed, the latest checkpoint is another
-    seed's, and evaluating it under this seed would count one conductor twice."""
-    instance = context.instance
-    path = latest_metadata_value(instance, asset, path_field)
-    if path is None:
+    """The model (its `path_field`) of `asset`'s newest materialization of this run's seed and recipe
+    (`run_materialization`), while it is on disk, prompted as it was trained."""
+    metadata = run_materialization(context, asset) or {}
+    if path_field not in metadata:
         return None
-    seed = context.run.tags.get(SEED_TAG)
-    event = instance.get_latest_materialization_event(dg.AssetKey(asset))
-    trained_with = event and instance.get_run_by_id(event.run_id)
-    trained_seed = trained_with.tags.get(SEED_TAG) if trained_with else None
-    if seed is not None and trained_seed is not None and trained_seed != seed:
-        context.log.warning(f"latest {asset} model {path} was trained with seed {trained_seed}, this run is seed {seed}; "
-                            "not evaluated")
-        return None
+    path = metadata[path_field].value
     if not Path(str(path)).exists():
-        context.log.warning(f"latest {asset} model {path} is gone; not evaluated")
+        context.log.warning(f"{asset} model {path} is gone; not evaluated")
         return None
-    prompt = latest_metadata_value(instance, asset, "prompt")
+    prompt = metadata["prompt"].value if "prompt" in metadata else None
     if prompt is None:
-        context.log.warning(f"latest {asset} recorded no training prompt; {path} is prompted like the conductor resource")
+        context.log.warning(f"{asset} recorded no training prompt; {path} is prompted like the conductor resource")
     return TrainedPolicy(str(path), PromptSpec.model_validate(prompt) if isinstance(prompt, Mapping) else None)
 
 
 def latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None:
-    """The latest warm-started model, when the warm start trained one (not the base policy it
-    passes on when disabled) and it is still on disk."""
-    if latest_metadata_value(context.instance, WARM_START_ASSET, "warm_start") is not True:
+    """The warm-started model of this run's seed and recipe, when the warm start trained one (not the
+    base policy it passes on when disabled) and it is still on disk."""
+    warmed = (run_materialization(context, WARM_START_ASSET) or {}).get("warm_start")
+    if warmed is None or warmed.value is not True:
         return None
     return trained_policy(context, WARM_START_ASSET, "model_path")
 

@@ -2,7 +2,7 @@
 reading back what an asset's latest materialization published."""
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import dagster as dg
 
@@ -29,6 +29,15 @@ def latest_metadata_value(instance: dg.DagsterInstance, asset: str, field: str) 
     or materialized without that field)."""
     entry = (latest_metadata(instance, asset) or {}).get(field)
     return None if entry is None else entry.value
+
+
+def materializations(
+    instance: dg.DagsterInstance, asset: str, limit: int = 1000
+) -> Iterator[tuple[Mapping[str, str], dg.EventLogEntry]]:
+    """(its run's tags, the event) of each of `asset`'s materializations, newest first."""
+    for record in instance.fetch_materializations(dg.AssetKey(asset), limit=limit, ascending=False).records:
+        run = instance.get_run_by_id(record.run_id)
+        yield (run.tags if run is not None else {}), record.event_log_entry
 
 
 def stage(group: str, compute: str = "cpu") -> dict[str, object]:

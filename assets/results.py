@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG
-from assets.metadata import latest_metadata
+from assets.metadata import latest_metadata, materializations
 from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.evaluation.seeds import (
     POOLED_TEST,
@@ -56,15 +56,6 @@ UNSEEN_POOL = "replay-test-six"
 def _value(metadata: Mapping | None, key: str) -> object:
     entry = (metadata or {}).get(key)
     return None if entry is None else entry.value
-
-
-def materializations(
-    instance: dg.DagsterInstance, asset: str, limit: int = 1000
-) -> Iterator[tuple[Mapping[str, str], dg.EventLogEntry]]:
-    """(its run's tags, the event) of each of `asset`'s materializations, newest first."""
-    for record in instance.fetch_materializations(dg.AssetKey(asset), limit=limit, ascending=False).records:
-        run = instance.get_run_by_id(record.run_id)
-        yield (run.tags if run is not None else {}), record.event_log_entry
 
 
 def eval_tables_event(

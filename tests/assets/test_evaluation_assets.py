@@ -14,14 +14,8 @@ import polars as pl
 import pytest
 
 from assets.definitions import build_definitions
-from assets.evaluation import (
-    EVALUATION_ASSETS,
-    EVALUATION_CHECKS,
-    eval_slice_has_no_leak,
-    probe_ceilings,
-    questions_seen_in_training,
-    world_model_routing,
-)
+from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak
+from assets.evaluation_inputs import probe_ceilings, questions_seen_in_training, world_model_routing
 from assets.metadata import latest_metadata_value
 from assets.world_model import WorldModelFitConfig
 from conductor_pipeline.corpora.loaders import load_math_full

@@ -322,7 +322,7 @@ def run_pool_grpo(
 RUN_LENGTH_SETTINGS = ("max_steps", "save_steps", "save_total_limit")
 # Settings added after runs were recorded, with the value that does what every run did before: at
 # that value they are left out of the key, so a recorded run keeps its key (and resumes).
-LATER_SETTINGS_AT_OLD_BEHAVIOUR = {"constrained_decoding": False, "fan_outs_only": False}
+LATER_SETTINGS_AT_OLD_BEHAVIOUR = {"constrained_decoding": False, "fan_outs_only": False, "max_pool_size": None}
 
 
 def policy_name(model: Path | str) -> str:

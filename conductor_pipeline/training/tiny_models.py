@@ -101,14 +101,30 @@ def _corpus_questions(limit: int) -> list[str]:
     return questions or list(_FALLBACK_QUESTIONS)
 
 
-def conductor_prompt_texts() -> list[str]:
-    """The conductor's system prompt over each shipped pool's catalogue (data/pools/*.yaml)."""
-    from conductor_pipeline.conductor.prompt import build_conductor_prompt, catalogue_from_pool
+# The pool files (data/pools/) whose catalogues the tiny tokenizer learns from: a fixed list, because
+# the tokenizer's merges follow the text's frequencies, so a new pool file would otherwise change the
+# tiny policy and every figure recorded with it. Every seat name of the later pool files
+# (replay-zoo-train, replay-validation-six) is a seat of replay-zeroeval-all, and so a token already.
+TOKENIZER_POOLS = (
+    "hosted-six", "local-qwen-vllm", "replay-mixed6", "replay-mixed6-recursive", "replay-mixed6-vote",
+    "replay-qwen2.5", "replay-routerdc", "replay-test-eight-vote", "replay-test-four", "replay-test-six",
+    "replay-test-six-reordered", "replay-zeroeval-all", "tiny-serve",
+)
+
+
+def _tokenizer_pool_files() -> list[Path]:
     from conductor_pipeline.paths import POOLS_DIR
+
+    return sorted(POOLS_DIR / f"{name}.yaml" for name in TOKENIZER_POOLS)
+
+
+def conductor_prompt_texts() -> list[str]:
+    """The conductor's system prompt over each `TOKENIZER_POOLS` catalogue."""
+    from conductor_pipeline.conductor.prompt import build_conductor_prompt, catalogue_from_pool
     from conductor_pipeline.pools.config import PoolConfigError, load_pool
 
     texts = []
-    for path in sorted(POOLS_DIR.glob("*.yaml")):
+    for path in _tokenizer_pool_files():
         try:
             catalogue = catalogue_from_pool(load_pool(path))
         except PoolConfigError:
@@ -118,18 +134,17 @@ def conductor_prompt_texts() -> list[str]:
 
 
 def shipped_seat_names() -> list[str]:
-    """Every seat name of the shipped pools (data/pools/*.yaml), sorted.
+    """Every seat name of the `TOKENIZER_POOLS`, sorted.
 
     They become whole tokens of the tiny tokenizer: under `naming: names` a conductor writes a
     worker's name, and the byte-level pre-tokenizer would cut "llama-3.1-405b" into eight pieces,
     which a two-layer model blends into names no pool has ("llama-4o", "gemini-v2.5-pro"). As one
     token each, a name is copied from the catalogue whole, or not at all.
     """
-    from conductor_pipeline.paths import POOLS_DIR
     from conductor_pipeline.pools.config import PoolConfigError, load_pool
 
     names: set[str] = set()
-    for path in sorted(POOLS_DIR.glob("*.yaml")):
+    for path in _tokenizer_pool_files():
         try:
             names.update(seat.name for seat in load_pool(path).workers)
         except PoolConfigError:

@@ -24,7 +24,7 @@ def test_an_eval_reads_the_checkpoint_of_its_own_seed_and_recipe_not_the_newest(
         folder = tmp_path / f"seed-{seed}"
         folder.mkdir()
         dg.materialize([checkpoint_asset(folder)], instance=instance, tags={"seed": seed, "recipe": "cpu"})
-    seen: "dict[tuple[str, str], TrainedPolicy | None]" = {}
+    seen: dict[tuple[str, str], TrainedPolicy | None] = {}
 
     @dg.asset
     def reader(context: dg.AssetExecutionContext) -> None:

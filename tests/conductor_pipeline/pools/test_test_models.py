@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from conductor_pipeline.paths import POOLS_DIR
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat, load_pool
 from conductor_pipeline.pools.test_models import TEST_MODELS, TestModelError, is_test_model, refuse_test_models
-from conductor_pipeline.paths import POOLS_DIR
 
 
 def seat(name: str, model: str) -> WorkerSeat:

@@ -96,10 +96,16 @@ def test_tokenizer_knows_the_conductors_prompt_and_workflow_words(tiny_dir):
 def test_every_shipped_seat_name_is_one_token_that_decodes_to_itself(tmp_path):
     from transformers import AutoTokenizer
 
+    from conductor_pipeline.paths import POOLS_DIR
+    from conductor_pipeline.pools.config import load_pool
     from conductor_pipeline.training.tiny_models import build_tiny_causal_lm, shipped_seat_names
 
     names = shipped_seat_names()
     assert {"gpt-4o", "llama-3.1-8b", "llama-3.1-405b"} <= set(names)
+    # The tokenizer learns from a fixed list of pool files (TOKENIZER_POOLS), so that a new pool file
+    # changes no recorded figure; every seat of every shipped pool file must still be a token.
+    shipped = {seat.name for path in POOLS_DIR.glob("*.yaml") for seat in load_pool(path).workers}
+    assert shipped <= set(names), sorted(shipped - set(names))
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_causal_lm(tmp_path / "tiny"))
     for name in names:
         ids = tokenizer(f'model_id = ["{name}"]', add_special_tokens=False)["input_ids"]

@@ -104,9 +104,10 @@ def test_a_run_without_constrained_decoding_keeps_the_recipe_it_had_and_one_with
     from conductor_pipeline.training.runs import RUN_LENGTH_SETTINGS, run_recipe
 
     settings = GRPOSettings.cpu_paper_profile()
-    later = ("constrained_decoding", "fan_outs_only")
+    later = ("constrained_decoding", "fan_outs_only", "max_pool_size")
     before = {k: v for k, v in asdict(settings).items() if k not in RUN_LENGTH_SETTINGS and k not in later}
     assert run_recipe(settings) == before
     assert run_recipe(replace(settings, constrained_decoding=True)) == {**before, "constrained_decoding": True}
     both = replace(settings, constrained_decoding=True, fan_outs_only=True)
     assert run_recipe(both) == {**before, "constrained_decoding": True, "fan_outs_only": True}
+    assert run_recipe(replace(settings, max_pool_size=8)) == {**before, "max_pool_size": 8}

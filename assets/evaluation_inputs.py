@@ -61,10 +61,14 @@ def run_materialization(context: dg.AssetExecutionContext, asset: str) -> Mappin
     return None
 
 
-def trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: str) -> TrainedPolicy | None:
+def trained_policy(
+    context: dg.AssetExecutionContext, asset: str, path_field: str,
+    metadata: Mapping[str, dg.MetadataValue] | None = None,
+) -> TrainedPolicy | None:
     """The model (its `path_field`) of `asset`'s newest materialization of this run's seed and recipe
-    (`run_materialization`), while it is on disk, prompted as it was trained."""
-    metadata = run_materialization(context, asset) or {}
+    (`run_materialization`, unless its `metadata` was read already), while it is on disk, prompted as
+    it was trained."""
+    metadata = (run_materialization(context, asset) if metadata is None else metadata) or {}
     if path_field not in metadata:
         return None
     path = metadata[path_field].value
@@ -80,10 +84,11 @@ def trained_policy(context: dg.AssetExecutionContext, asset: str, path_field: st
 def latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None:
     """The warm-started model of this run's seed and recipe, when the warm start trained one (not the
     base policy it passes on when disabled) and it is still on disk."""
-    warmed = (run_materialization(context, WARM_START_ASSET) or {}).get("warm_start")
+    metadata = run_materialization(context, WARM_START_ASSET) or {}
+    warmed = metadata.get("warm_start")
     if warmed is None or warmed.value is not True:
         return None
-    return trained_policy(context, WARM_START_ASSET, "model_path")
+    return trained_policy(context, WARM_START_ASSET, "model_path", metadata)
 
 
 def routing_world_model(

@@ -35,7 +35,7 @@ import dagster as dg
 from assets.definitions import definitions_for
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, run_tags
 from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
-from assets.metadata import materializations
+from assets.metadata import newest_tagged
 from assets.results import UNSEEN_POOL
 from conductor_pipeline.conductor.prompt import TRAINED_PROMPT_FILE, read_trained_prompt
 from conductor_pipeline.pools.backends.replay import unrecorded_seats
@@ -68,9 +68,9 @@ class NoTrainedConductor(LookupError):
 def trained_run_tags(instance: dg.DagsterInstance, seed: int | None = None) -> dict[str, str]:
     """The recipe and seed tags of the run behind the latest trained conductor (of `seed`, when
     given): the eval of that conductor on another pool carries them too."""
-    for tags, _ in materializations(instance, CHECKPOINT_ASSET, limit=10_000):
-        if seed is None or tags.get(SEED_TAG) == str(seed):
-            return {key: tags[key] for key in (RECIPE_TAG, SEED_TAG) if key in tags}
+    found = newest_tagged(instance, CHECKPOINT_ASSET, {} if seed is None else {SEED_TAG: str(seed)})
+    if found is not None:
+        return {key: found[0][key] for key in (RECIPE_TAG, SEED_TAG) if key in found[0]}
     which = "" if seed is None else f" of seed {seed}"
     raise NoTrainedConductor(f"no trained conductor{which} in $DAGSTER_HOME (none was trained, or the zero-variance "
                              "gate closed)")

@@ -2,7 +2,7 @@
 reading back what an asset's latest materialization published."""
 
 import base64
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import dagster as dg
 
@@ -38,6 +38,24 @@ def materializations(
     for record in instance.fetch_materializations(dg.AssetKey(asset), limit=limit, ascending=False).records:
         run = instance.get_run_by_id(record.run_id)
         yield (run.tags if run is not None else {}), record.event_log_entry
+
+
+def newest_tagged(
+    instance: dg.DagsterInstance,
+    asset: str,
+    tags: Mapping[str, str],
+    skip: Callable[[Mapping[str, str]], bool] | None = None,
+    limit: int = 10_000,
+) -> tuple[Mapping[str, str], dg.EventLogEntry] | None:
+    """(its run's tags, the event) of `asset`'s newest materialization by a run that carries every
+    one of `tags` (and that `skip` does not pass over), or None: an instance that trained several
+    seeds, recipes or pools holds each one's gate, checkpoint and eval, and a reader wants its own."""
+    for run_tags, event in materializations(instance, asset, limit=limit):
+        if skip is not None and skip(run_tags):
+            continue
+        if all(run_tags.get(key) == value for key, value in tags.items()):
+            return run_tags, event
+    return None
 
 
 def stage(group: str, compute: str = "cpu") -> dict[str, object]:

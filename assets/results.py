@@ -27,7 +27,7 @@ import dagster as dg
 import polars as pl
 
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG
-from assets.metadata import latest_metadata, materializations
+from assets.metadata import latest_metadata, materializations, newest_tagged
 from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.evaluation.seeds import (
     POOLED_TEST,
@@ -69,11 +69,9 @@ def eval_tables_event(
     checkpoint on other pool files, or other seeds, holds those evals too. Without `include_quick`,
     an eval of the conductor alone (`QUICK_EVAL_TAG`) is passed over."""
     wanted = {**({"pool": pool} if pool is not None else {}), **(tags or {})}
-    for run_tags, event in materializations(instance, "eval_tables"):
-        if not include_quick and is_quick_eval(run_tags):
-            continue
-        if all(run_tags.get(key) == value for key, value in wanted.items()):
-            return event
+    found = newest_tagged(instance, "eval_tables", wanted, skip=None if include_quick else is_quick_eval)
+    if found is not None:
+        return found[1]
     where = "" if pool is None else f" of a run on pool {pool!r}"
     where += "".join(f", {key} {value!r}" for key, value in (tags or {}).items())
     raise SystemExit(f"no eval_tables materialization{where} in $DAGSTER_HOME: run `make run` first")
@@ -100,10 +98,8 @@ def latest_metadata_of(
     with no tags to match, its latest."""
     if not tags:
         return latest_metadata(instance, asset)
-    for run_tags, event in materializations(instance, asset):
-        if all(run_tags.get(key) == value for key, value in tags.items()):
-            return event.asset_materialization.metadata
-    return None
+    found = newest_tagged(instance, asset, tags)
+    return None if found is None else found[1].asset_materialization.metadata
 
 
 def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> dict[str, object]:

@@ -425,15 +425,10 @@ def is_blocking_check_failure(error) -> bool:
 def print_headlines(instance: dg.DagsterInstance, assets: Sequence[str] | None = None) -> None:
     """The headline entries of each asset's latest materialization (of `assets` only, when given)."""
     for asset, entries in HEADLINES:
-        if assets is not None and asset not in assets:
-            continue
-        metadata = latest_metadata(instance, asset)
-        if metadata is None:
-            continue
+        metadata = (latest_metadata(instance, asset) if assets is None or asset in assets else None) or {}
         shown = [(name, metadata[name].value) for name in entries if name in metadata]
-        if not shown:
-            continue
-        print(f"\n### {asset}")
+        if shown:
+            print(f"\n### {asset}")
         for name, value in shown:
             text = value if isinstance(value, str) else repr(value)
             print(f"{name}:\n{text}" if "\n" in text else f"{name}: {text}")

@@ -291,29 +291,13 @@ class PoolSearchReport:
         rows = []
         for r in self.results:
             low, high = r.eval_headroom_interval
-            rows.append(
-                {
-                    "pool": r.label,
-                    "kind": r.kind,
-                    "size": r.size,
-                    "workers": ", ".join(r.members),
-                    "train_oracle": r.train.oracle,
-                    "train_best_worker": r.train.best_worker,
-                    "train_best_single": r.train.best_single,
-                    "train_headroom": r.train.headroom,
-                    "eval_oracle": r.eval.oracle,
-                    "eval_best_worker": r.eval.best_worker,
-                    "eval_best_single": r.eval.best_single,
-                    "eval_headroom": r.eval.headroom,
-                    "eval_headroom_low": low,
-                    "eval_headroom_high": high,
-                    "samples_per_question": r.samples_per_question,
-                    "null_headroom": r.null_headroom,
-                    "error_correlation": r.error_correlation,
-                    "cost_all_members_usd": r.cost_all_members,
-                    "cost_best_single_usd": r.cost_best_single,
-                }
-            )
+            sides = {f"{side}_{name}": getattr(pool, name) for side, pool in (("train", r.train), ("eval", r.eval))
+                     for name in ("oracle", "best_worker", "best_single", "headroom")}
+            rows.append({"pool": r.label, "kind": r.kind, "size": r.size, "workers": ", ".join(r.members), **sides,
+                         "eval_headroom_low": low, "eval_headroom_high": high,
+                         "samples_per_question": r.samples_per_question, "null_headroom": r.null_headroom,
+                         "error_correlation": r.error_correlation, "cost_all_members_usd": r.cost_all_members,
+                         "cost_best_single_usd": r.cost_best_single})
         return pl.DataFrame(rows, infer_schema_length=None)
 
 def subject_table(

@@ -26,8 +26,10 @@ structured outputs (one catalogue for every prompt: the union of the names shown
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -393,8 +395,13 @@ def workflow_regex(displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS)
     indices = "|".join(str(i) for i in range(len(displayed)))
     worker = f"(?:{names}|{indices})"
     char = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])'
-    content = r'(?:[^"\\\s\x00-\x1f]|\\["\\/])'  # a character that is not whitespace
-    subtask = f'"{char}*{content}{char}*"'
+    # A subtask holds a character that is not whitespace (str.isspace, as `parse_workflow` strips):
+    # blanks, then that character, then anything. The first non-blank is the only place the split can
+    # be, so a backtracking matcher never retries it (`{char}*{content}{char}*` is exponential in
+    # the steps when a text fails), and no engine's own idea of `\s` is relied on.
+    blank = f"(?:[{_blanks()}]|\\\\[fnrt])"
+    content = f'(?:[^"\\\\\\x00-\\x1f{_blanks()}]|\\\\["\\\\/b])'
+    subtask = f'"{blank}*{content}{char}*"'
     listed = re.escape(SEPARATOR).join
     alternatives = []
     for steps in range(1, max_steps + 1):
@@ -406,6 +413,12 @@ def workflow_regex(displayed: Sequence[str], max_steps: int = DEFAULT_MAX_STEPS)
         ]
         alternatives.append("".join(parts))
     return "(?:" + "|".join(alternatives) + ")"
+
+
+@functools.cache
+def _blanks() -> str:
+    """Every character above the control range that str.isspace calls whitespace, as regex escapes."""
+    return "".join(f"\\u{code:04x}" for code in range(0x20, sys.maxunicode + 1) if chr(code).isspace())
 
 
 def _below(step: int) -> str:

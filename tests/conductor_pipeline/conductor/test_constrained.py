@@ -70,6 +70,17 @@ def test_what_does_not_parse_is_refused_by_the_grammar_and_its_regex(text, code)
     assert not re.fullmatch(workflow_regex(SEATS), text)
 
 
+@pytest.mark.parametrize(
+    ("subtask", "parses"),
+    [('"\\b"', True), ('"\\t\\n"', False), ('"\u00a0\u3000"', False), ('"\u2003x "', True), ('" \\/ "', True)],
+)
+def test_a_subtask_is_blank_to_the_regex_exactly_when_it_is_blank_to_the_parser(subtask, parses):
+    text = _workflow('["gpt-4o"]', f"[{subtask}]", "[[]]")
+    assert (parse_code(text, SEATS) == PARSE_OK) is parses
+    assert WorkflowGrammar(SEATS).accepts(text) is parses
+    assert bool(re.fullmatch(workflow_regex(SEATS), text)) is parses
+
+
 def test_indices_earlier_steps_and_escapes_are_accepted_where_they_parse():
     text = _workflow('[0, "majority-vote"]', '["Solve \\"it\\"\\\\boxed{}", "Vote."]', '["all", [0]]')
     assert parse_code(text, SEATS) == PARSE_OK

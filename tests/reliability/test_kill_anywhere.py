@@ -19,7 +19,9 @@ sealed.
 - slow set (`make test-slow`): the default pool's whole default run, N = KILL_POINTS (20) in chains
   of KILL_CHAIN (5): on a shared 2-core machine a default run takes 4 to 25 minutes, and a point on
   a folder of its own costs a whole run;
-- default suite: `SMALL_RUN` (small settings, `tests/reliability/small_run.yaml`), one point.
+- `SMALL_RUN` (small settings, `tests/reliability/small_run.yaml`), one point: three runs of the
+  entry point, about three minutes on two busy cores, so it is a soak too (`make test-slow`); the
+  default suite keeps the deterministic kills (`test_dead_runs`, `test_kill`, `test_damaged_files`).
 
 `KILL_ANYWHERE_RUN` names another `MainRun` (`module:attribute`) to cover another profile;
 `KILL_ANYWHERE_PROGRESS` names a file that gets each chain's lines as it is done, and
@@ -175,6 +177,7 @@ def report(run: MainRun, results: list[KillPoint], wall: float, seed: int, per_c
     return "\n".join([head, *(p.line() for p in sorted(results, key=lambda p: p.index))])
 
 
+@pytest.mark.slow
 def test_the_small_run_killed_at_a_random_moment_reruns_to_the_same_tables(tmp_path: Path, default_run_data: None) -> None:
     """The bounded variant: one kill point of the small configuration, through the real entry point."""
     run = run_under_test(SMALL_RUN)

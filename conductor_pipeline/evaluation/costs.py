@@ -30,7 +30,7 @@ from conductor_pipeline.evaluation.routers import (
     w_router_scores,
 )
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
-from conductor_pipeline.stats import PairedComparison, compare_paired, holm_family
+from conductor_pipeline.stats import compare_paired
 
 # The W-router's lambda (accuracy per USD) is swept relative to the median predicted call cost m:
 # lambda x m from 1/100 (cost barely matters) to 100 (the cheapest worker always wins), and 0.
@@ -86,8 +86,7 @@ def cost_sweep(
 ) -> pl.DataFrame:
     """One row per configuration (W-router lambda, W-cascade threshold) on the questions every solo
     arm and the reference reached: accuracy, cost per question, its share of the reference's cost,
-    and the paired difference to the reference with its verdict, Holm-adjusted over every row (one
-    table of many configurations against one reference). Empty when no question qualifies."""
+    and the paired difference to the reference with its verdict. Empty when no question qualifies."""
     solo_arms = [SoloArm(worker).name for worker in predictions.workers]
     scores = question_scores(workflows).filter(pl.col("question_id").is_in(list(predictions.question_ids)))
     questions, aligned = aligned_scores(scores, [*solo_arms, reference])
@@ -99,15 +98,22 @@ def cost_sweep(
     spent, reference_cost = np.column_stack(costs[:-1]), float(costs[-1].mean())
     routed = predictions.restricted(questions)
     draws = settings.resamples(len(questions))
+    rows = []
     index = np.arange(len(questions))
-    configurations: dict[tuple[str, str, float], PairedComparison] = {}
-    costs_of: dict[tuple[str, str, float], float] = {}
 
     def add(router: str, knob: str, value: float, chosen: np.ndarray) -> None:
-        key = (router, knob, float(value))
-        configurations[key] = compare_paired(solved[index, chosen], reference_scores,
-                                             confidence=settings.confidence, resamples=draws)
-        costs_of[key] = float(spent[index, chosen].mean())
+        comparison = compare_paired(solved[index, chosen], reference_scores, confidence=settings.confidence,
+                                    resamples=draws)
+        cost = float(spent[index, chosen].mean())
+        rows.append({
+            "router": router, "knob": knob, "value": float(value), "n": len(questions),
+            "accuracy": comparison.arm_accuracy, "cost_per_question": cost,
+            "cost_share": cost / reference_cost if reference_cost > 0 else None,
+            "difference": comparison.difference.value, "difference_low": comparison.difference.low,
+            "difference_high": comparison.difference.high, "mcnemar_p": comparison.mcnemar_p,
+            "verdict": comparison.verdict, "reference_accuracy": comparison.reference_accuracy,
+            "reference_cost_per_question": reference_cost,
+        })
 
     for value in lambda_grid(routed.cost) if lambdas is None else lambdas:
         add(WorldModelRouter.name, "lambda", value, w_router_scores(routed.success, routed.cost, value).argmax(axis=1))
@@ -115,19 +121,6 @@ def cost_sweep(
     fallback = routed.workers.index(routed.fallback)
     for value in thresholds:
         add(WCascadeRouter.family, "threshold", value, cascade_choice(routed.success, ladder, fallback, value))
-    rows = []
-    for (router, knob, value), comparison in holm_family(configurations).items():
-        cost = costs_of[(router, knob, value)]
-        rows.append({
-            "router": router, "knob": knob, "value": value, "n": len(questions),
-            "accuracy": comparison.arm_accuracy, "cost_per_question": cost,
-            "cost_share": cost / reference_cost if reference_cost > 0 else None,
-            "difference": comparison.difference.value, "difference_low": comparison.difference.low,
-            "difference_high": comparison.difference.high, "mcnemar_p": comparison.mcnemar_p,
-            "p_value": comparison.p_value, "p_holm": comparison.p_decisive,
-            "verdict": comparison.verdict, "reference_accuracy": comparison.reference_accuracy,
-            "reference_cost_per_question": reference_cost,
-        })
     return pl.DataFrame(rows)
 
 

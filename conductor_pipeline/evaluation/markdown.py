@@ -350,8 +350,8 @@ def cost_story_markdown(
         lines.append(f"- Frontier (cheapest first): {' -> '.join(labels.get(a, a) for a in frontier)}.")
     lines.append(
         "\nSweeps are computed from the solo arms' recorded verdicts and costs on the same questions (each "
-        "configuration's call is the solo call of the worker it picks); each has the paired bootstrap, its "
-        "verdict Holm-adjusted over every configuration swept."
+        "configuration's call is the solo call of the worker it picks); each has the paired bootstrap, not "
+        "adjusted for the many configurations: a correction would let worse ones pass as not worse."
     )
     return "\n".join(lines)
 

@@ -19,7 +19,6 @@ from conductor_pipeline.evaluation.costs import (
 from conductor_pipeline.evaluation.frames import arm_table
 from conductor_pipeline.evaluation.plots import accuracy_cost_plot
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
-from conductor_pipeline.stats import verdict_of
 from tests.builders import eval_workflow_rows, eval_workflows_frame
 
 N = 200
@@ -59,16 +58,13 @@ def test_the_sweep_finds_the_cheapest_configuration_that_is_not_worse_and_none_a
     assert empty == {"cheapest_not_worse": None, "best_at_half_cost": None}
 
 
-def test_the_sweeps_verdicts_are_holm_adjusted_over_every_configuration():
-    from statsmodels.stats.multitest import multipletests
-
+def test_a_configuration_whose_interval_lies_below_the_reference_is_never_called_not_worse():
+    """The sweep serves a not-worse claim, so its verdicts are left unadjusted: a correction for the
+    many configurations would call a configuration whose whole interval is below the reference a tie."""
     workflows, predictions = planted()
     sweep = cost_sweep(workflows, predictions, settings=PairedSettings(n_resamples=500))
-    assert sweep.height > 20  # one family: every lambda and every threshold against one reference
-    adjusted = multipletests(sweep["p_value"].to_list(), method="holm")[1]
-    assert sweep["p_holm"].to_list() == pytest.approx(list(adjusted))
-    for row in sweep.iter_rows(named=True):
-        assert row["verdict"] == verdict_of(row["difference"], row["p_holm"])
+    below = sweep.filter(pl.col("difference_high") < 0)
+    assert below.height > 0 and set(below["verdict"]) == {"loses"}
 
 
 def test_lambda_grid_scales_with_the_predicted_cost_and_is_zero_without_one():

@@ -26,6 +26,7 @@ from conductor_pipeline.training.gates import evaluate_zero_variance, read_verdi
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from resources.pool import PoolResource
+from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
 from tests.builders import probe_rows
 from tests.reliability.dagster_cli import dagster_env, materialize, start_materialize
@@ -75,7 +76,8 @@ def test_gate_and_training_read_what_other_processes_wrote_under_the_artifacts_r
                               log_path=tmp_path / "first.log")
     first.wait(timeout=600)
     log = (tmp_path / "first.log").read_text(errors="replace")
-    training_dir = shared / "training" / POOL
+    training_dir = TrainerResource(policy_model=str(tiny), **TOY_TRAINER).pool_dir(POOL)  # this seed's folder
+    assert training_dir.is_relative_to(shared)
     manifest = json.loads((training_dir / "probe" / "latest_probe.json").read_text())
     verdict = read_verdict(training_dir / "gates" / "zero_variance_gate.json")
     assert verdict is not None, log[-4000:]
@@ -96,5 +98,7 @@ def test_gate_and_training_read_what_other_processes_wrote_under_the_artifacts_r
         metadata = event.asset_materialization.metadata
     assert metadata["gate"].value["probe_run_id"] == manifest["probe_run_id"]  # the probe the first run made
     checkpoint = Path(metadata["checkpoint_path"].value)
-    assert checkpoint == training_dir / "grpo" / "checkpoint-1" and (checkpoint / "trainer_state.json").is_file()
+    # grpo/<the run's key>/checkpoint-1, under this seed's folder on the shared volume
+    assert checkpoint.parent.parent == training_dir / "grpo" and checkpoint.name == "checkpoint-1"
+    assert (checkpoint / "trainer_state.json").is_file()
     assert (shared / "contested_set" / f"{POOL}.json").is_file() and (shared / "warehouse-replica.duckdb").is_file()

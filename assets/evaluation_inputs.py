@@ -54,7 +54,7 @@ def run_materialization(context: dg.AssetExecutionContext, asset: str) -> Mappin
     checkpoint is another seed's, which evaluated under this seed would count one conductor twice."""
     wanted = {key: context.run.tags[key] for key in (SEED_TAG, RECIPE_TAG) if key in context.run.tags}
     found = newest_tagged(context.instance, asset, wanted)
-    if found is not None and found[1].asset_materialization is not None:
+    if found is not None:
         return found[1].asset_materialization.metadata
     if wanted and latest_metadata(context.instance, asset) is not None:
         context.log.warning(f"no {asset} was materialized by a run of {wanted}; not evaluated")

@@ -51,7 +51,7 @@ def newest_tagged(
     one of `tags` (and that `skip` does not pass over), or None: an instance that trained several
     seeds, recipes or pools holds each one's gate, checkpoint and eval, and a reader wants its own."""
     for run_tags, event in materializations(instance, asset, limit=limit):
-        if skip is not None and skip(run_tags):
+        if event.asset_materialization is None or (skip is not None and skip(run_tags)):
             continue
         if all(run_tags.get(key) == value for key, value in tags.items()):
             return run_tags, event

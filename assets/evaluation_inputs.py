@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.deployment import RECIPE_TAG, SEED_TAG
-from assets.metadata import latest_metadata, latest_metadata_value, newest_tagged
+from assets.metadata import latest_metadata, latest_metadata_of, latest_metadata_value
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import PromptSpec
 from conductor_pipeline.evaluation.slices import training_question_ids
@@ -53,9 +53,9 @@ def run_materialization(context: dg.AssetExecutionContext, asset: str) -> Mappin
     must read seed 0's checkpoint, not the newest one; and after a seed whose gate closed, the newest
     checkpoint is another seed's, which evaluated under this seed would count one conductor twice."""
     wanted = {key: context.run.tags[key] for key in (SEED_TAG, RECIPE_TAG) if key in context.run.tags}
-    found = newest_tagged(context.instance, asset, wanted)
-    if found is not None:
-        return found[1].asset_materialization.metadata
+    metadata = latest_metadata_of(context.instance, asset, wanted)
+    if metadata is not None:
+        return metadata
     if wanted and latest_metadata(context.instance, asset) is not None:
         context.log.warning(f"no {asset} was materialized by a run of {wanted}; not evaluated")
     return None

@@ -425,7 +425,9 @@ def is_blocking_check_failure(error) -> bool:
 def print_headlines(instance: dg.DagsterInstance, assets: Sequence[str] | None = None) -> None:
     """The headline entries of each asset's latest materialization (of `assets` only, when given)."""
     for asset, entries in HEADLINES:
-        metadata = (latest_metadata(instance, asset) if assets is None or asset in assets else None) or {}
+        if assets is not None and asset not in assets:
+            continue
+        metadata = latest_metadata(instance, asset) or {}
         shown = [(name, metadata[name].value) for name in entries if name in metadata]
         if shown:
             print(f"\n### {asset}")

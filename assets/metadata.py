@@ -58,6 +58,18 @@ def newest_tagged(
     return None
 
 
+def latest_metadata_of(
+    instance: dg.DagsterInstance, asset: str, tags: Mapping[str, str]
+) -> Mapping[str, dg.MetadataValue] | None:
+    """The metadata of `asset`'s latest materialization by a run that carries `tags` (the eval's
+    pool, recipe and seed: the gate, warm start and training behind that eval, not another seed's);
+    with no tags to match, its latest."""
+    if not tags:
+        return latest_metadata(instance, asset)
+    found = newest_tagged(instance, asset, tags)
+    return None if found is None else found[1].asset_materialization.metadata
+
+
 def stage(group: str, compute: str = "cpu") -> dict[str, object]:
     """The `@dg.asset` arguments every stage's assets share: their group, its team as owner, and the
     stage and compute tags (`@dg.asset(**stage(GROUP), kinds=...)`)."""

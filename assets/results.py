@@ -27,7 +27,7 @@ import dagster as dg
 import polars as pl
 
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG
-from assets.metadata import latest_metadata, materializations, newest_tagged
+from assets.metadata import latest_metadata_of, materializations, newest_tagged
 from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.evaluation.seeds import (
     POOLED_TEST,
@@ -88,18 +88,6 @@ def record_from_instance(
     """The figures of the latest full default run (with `pool`, of the latest full eval on that pool;
     with `tags`, of a run that carries them): the gate, the warm start, training and the eval tables."""
     return record_from_event(instance, eval_tables_event(instance, pool, tags, include_quick=False))
-
-
-def latest_metadata_of(
-    instance: dg.DagsterInstance, asset: str, tags: Mapping[str, str]
-) -> Mapping[str, dg.MetadataValue] | None:
-    """The metadata of `asset`'s latest materialization by a run that carries `tags` (the eval's
-    pool, recipe and seed: the gate, warm start and training behind that eval, not another seed's);
-    with no tags to match, its latest."""
-    if not tags:
-        return latest_metadata(instance, asset)
-    found = newest_tagged(instance, asset, tags)
-    return None if found is None else found[1].asset_materialization.metadata
 
 
 def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> dict[str, object]:

@@ -173,6 +173,22 @@ VOTE_SEAT = {
     "concurrency": 64,
 }
 
+# The aggregator seat of replay-mixed6-cascade: the same vote, which skips the steps it has not yet
+# run when the first two it sees agree (an agreement cascade the conductor writes). It keeps the vote
+# seat's name, which the tiny tokenizer already holds as one token, so this pool changes no recorded
+# figure.
+AGREEMENT_VOTE_SEAT = {
+    **VOTE_SEAT,
+    "description": (
+        "Aggregator, not a model: replies with the most common final answer among the earlier steps in its "
+        "access list (equivalent answers such as 1/2 and 0.5 count as one; a tie goes to the earliest step) and "
+        "ignores its subtask. When the first two steps it sees give the same answer, the steps before it that "
+        "have not run are skipped and not paid for: put the workers most likely to agree on a right answer "
+        "first. Give it access to several workers' steps; with access to none it answers nothing. Free."
+    ),
+    "stop_when_first_agree": 2,
+}
+
 # The conductor itself as a seat of replay-mixed6-recursive (depth-capped recursion): answered by the
 # conductor policy of the run, so no replay source, family or price.
 CONDUCTOR_SEAT = {
@@ -257,6 +273,16 @@ def main() -> None:
             "The six replay-mixed6 models plus a majority-vote aggregator seat, so a workflow that fans out to "
             "several workers and lets a last step see their answers can beat any single worker on recordings.",
             [*zeroeval_seats(MIXED6), VOTE_SEAT],
+        ),
+    )
+    write(
+        POOLS_DIR / "replay-mixed6-cascade.yaml",
+        pool_document(
+            "replay-mixed6-cascade",
+            "The six replay-mixed6 models plus a majority vote that stops early: when the first two workers it "
+            "sees agree, the workers after them are not called, so a fan-out spends more only on the questions "
+            "where its first answers disagree.",
+            [*zeroeval_seats(MIXED6), AGREEMENT_VOTE_SEAT],
         ),
     )
     write(

@@ -60,6 +60,11 @@ class Execution:
     cost_usd: float = 0.0
     latency_s: float | None = None  # None until some call reports one (replay records none)
     stopped_early: bool = False  # a stopping rule ended it before its last step (`Orchestrator.execute`)
+    skipped: frozenset[int] = frozenset()  # steps an agreeing vote seat skipped (`stop_when_first_agree`)
+
+    def outcome_of(self, index: int) -> StepOutcome | None:
+        """What step `index` produced (None: it has not run, or an agreeing vote skipped it)."""
+        return next((outcome for outcome in self.outcomes if outcome.index == index), None)
 
 
 def add_latency(total: float | None, more: float | None) -> float | None:

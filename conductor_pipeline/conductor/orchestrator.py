@@ -49,6 +49,7 @@ from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyOutput
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH, RecursiveSteps
 from conductor_pipeline.grading import grade
 from conductor_pipeline.pools.backends.base import Worker
+from conductor_pipeline.pools.backends.vote import tally_votes
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
 from conductor_pipeline.records import (
@@ -70,6 +71,12 @@ from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, PARSE_OK, Step, Workf
 DEFAULT_FLUSH_EVERY_ROWS = 2000
 # How the original question is shown with a subtask when `include_question` is on.
 QUESTION_AND_SUBTASK_TEMPLATE = "Original question:\n{question}\n\nYour task:\n{subtask}"
+
+
+def _all_agree(responses: Sequence[str | None]) -> bool:
+    """Whether every response states an answer and all are one answer, as the vote groups them."""
+    tally = tally_votes(responses)
+    return tally.answer is not None and tally.votes == len(responses)
 
 
 class RowWriter(Protocol):
@@ -242,7 +249,10 @@ class Orchestrator(RecursiveSteps):
             final_answer, correct = None, None
         else:
             final_answer, correct = await grade_final(state, question.answer, final_step)
-        steps = workflow.steps[: len(state.outcomes)] if state.stopped_early else workflow.steps
+        steps = (
+            tuple(workflow.steps[outcome.index] for outcome in state.outcomes)
+            if state.stopped_early or state.skipped else workflow.steps
+        )
         record = WorkflowRecord(
             workflow_id=workflow_id, run_id=run_id, question_id=question.question_id,
             conductor=conductor_name, raw_text=raw_text, parse_code=PARSE_OK,
@@ -342,15 +352,19 @@ class Orchestrator(RecursiveSteps):
         workflow it belongs to (a nested one's own id at depth > 0). `stop_after` (see `execute`)
         may end the run before the last step."""
         state = Execution()
+        agreement = self._agreement_rule(workflow)
         for index, step in enumerate(workflow.steps):
-            messages = self._step_messages(question, state.outcomes, step)
+            if index in state.skipped:
+                continue
+            seen = self._seen(state, step)
+            messages = self._step_messages(question, seen, step)
             seat = self.pool.seat(step.worker)
             if seat.is_conductor:
                 result = await self._recurse(
                     question, workflow, state, seat, workflow_id=workflow_id, lineage=lineage, depth=depth, index=index
                 )
             else:
-                visible = tuple(state.outcomes[seen].response for seen in step.sees)
+                visible = tuple(outcome.response for outcome in seen)
                 result = await self._call_worker(question, seat, messages, lineage.sample, visible)
             graded = await asyncio.to_thread(grade, result.response, question.answer) if lineage.record else None
             state.outcomes.append(
@@ -369,7 +383,7 @@ class Orchestrator(RecursiveSteps):
                     step_call_record(
                         result, key=workflow_id, workflow_id=workflow_id, run_id=lineage.run_id, question=question,
                         step=step, index=index, sample=lineage.sample, extracted=graded.extracted, correct=correct,
-                        pool=self.pool.name, visible_steps=len(step.sees),
+                        pool=self.pool.name, visible_steps=len(seen),
                         # A conductor step's cost is its inner workflow's, whose calls carry it.
                         cost_usd=None if seat.is_conductor else result.cost_usd,
                     )
@@ -377,6 +391,10 @@ class Orchestrator(RecursiveSteps):
             if result.status in INFRA_STATUSES:
                 state.infra_failure = True
                 break
+            if agreement is not None and index == agreement[-1] and await asyncio.to_thread(
+                _all_agree, [outcome.response for outcome in map(state.outcome_of, agreement) if outcome]
+            ):
+                state.skipped = frozenset(range(index + 1, len(workflow.steps) - 1))
             more_to_run = index < len(workflow.steps) - 1
             if stop_after is not None and more_to_run and await asyncio.to_thread(stop_after, tuple(state.outcomes)):
                 state.stopped_early = True
@@ -385,13 +403,28 @@ class Orchestrator(RecursiveSteps):
             await self._maybe_flush()
         return state
 
+    def _agreement_rule(self, workflow: Workflow) -> tuple[int, ...] | None:
+        """The steps whose agreement ends a workflow early: the first `stop_when_first_agree` steps
+        its last step sees, when that step is a vote seat with the rule and some step between them
+        and the vote is left to skip (None otherwise)."""
+        last = workflow.steps[-1]
+        quorum = self.pool.seat(last.worker).stop_when_first_agree
+        first = tuple(sorted(last.sees))[:quorum] if quorum else ()
+        if not quorum or len(first) < quorum or first[-1] >= len(workflow.steps) - 2:
+            return None
+        return first
+
+    @staticmethod
+    def _seen(state: Execution, step: Step) -> list[StepOutcome]:
+        """The earlier steps `step` sees that ran (an agreeing vote's skipped steps are not shown)."""
+        return [outcome for outcome in map(state.outcome_of, step.sees) if outcome is not None]
+
     def _step_messages(
-        self, question: Question, done: Sequence[StepOutcome], step: Step
+        self, question: Question, seen: Sequence[StepOutcome], step: Step
     ) -> tuple[ChatMessage, ...]:
-        """Earlier visible steps as (user: subtask, assistant: response) turns, then this subtask."""
+        """The `seen` steps as (user: subtask, assistant: response) turns, then this subtask."""
         messages: list[ChatMessage] = []
-        for seen in step.sees:
-            earlier = done[seen]
+        for earlier in seen:
             messages.append(ChatMessage("user", earlier.subtask))
             messages.append(ChatMessage("assistant", earlier.response or ""))
         content = step.subtask

@@ -89,6 +89,15 @@ class WorkerSeat(BaseModel):
         None, description="Recorded-answer source for replay seats"
     )
     vllm: VllmSeatConfig | None = None
+    stop_when_first_agree: int | None = Field(
+        None,
+        ge=2,
+        description=(
+            "Vote seats only: when the first N steps the vote sees all give the same answer (the grader's "
+            "equivalence), the steps before the vote that have not run are skipped and the vote answers; "
+            "an agreement cascade the conductor writes"
+        ),
+    )
 
     @field_validator("description")
     @classmethod
@@ -108,6 +117,8 @@ class WorkerSeat(BaseModel):
             stray = [name for name in _MODEL_CALL_FIELDS if getattr(self, name)]
             if stray:
                 raise ValueError(f"a vote seat calls no model and costs nothing; remove {stray}")
+        elif self.stop_when_first_agree is not None:
+            raise ValueError("`stop_when_first_agree` is a vote seat's stopping rule; this seat is not a vote")
         return self
 
     @property

@@ -74,7 +74,12 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
     if aggregators:
         flags = warehouse.query_file("workflow_fan_out", {"run_id": run_id, "aggregators": aggregators})
         share = fan_out_by_arm(flags.filter(pl.col("arm") == trained))
-        fan_out = f"{share['share'][0]:.3f} of {share['workflows'][0]} workflows" if share.height else "none parsed"
+        fan_out = (
+            f"{share['share'][0]:.3f} of {share['workflows'][0]} workflows; more than one model call on "
+            f"{share['more_than_one_call'][0]:.3f}; an agreeing vote stopped it early on {share['stopped_early'][0]} "
+            f"({share['stopped_right'][0]} right, {share['stopped_wrong'][0]} wrong)"
+            if share.height else "none parsed"
+        )
 
     training = record["training"]
     rollouts = warehouse.query_file("rollout_choices", {"run_id": training["run_id"]})

@@ -113,8 +113,10 @@ def build_eval_tables(
 ) -> EvalTables:
     """Every table of the run `summary` names from its `workflows` (and per-workflow `call_tokens`).
 
-    `fan_out`: the run's `sql/workflow_fan_out.sql` rows on a pool with a vote seat; each conductor
-    arm's share of workflows that fanned out and aggregated is then published (`fan_out`).
+    `fan_out`: the run's `sql/workflow_fan_out.sql` rows on a pool with a vote seat; how each
+    conductor arm spent is then published (`fan_out`: the share of workflows that fanned out and
+    aggregated, that made more than one model call, that an agreeing vote stopped early, right and
+    wrong, and the cost per question).
     `inner_workflows` (eval_inner_workflows: what the conductor seat wrote inside them) gives the
     recursion table of each recursive conductor arm, whatever recursion did there.
 
@@ -200,7 +202,9 @@ def build_eval_tables(
         "decomposition": decomposition_markdown(decompositions) if decompositions else "no conductor arm",
     }
     if fan_out is not None:
-        shares = fan_out_by_arm(fan_out.filter(pl.col("arm").is_in(conductors)))
+        shares = fan_out_by_arm(fan_out.filter(pl.col("arm").is_in(conductors))).with_columns(
+            pl.col("arm").replace_strict(cost, default=None, return_dtype=pl.Float64).alias("cost_per_question")
+        )
         markdown["fan_out"] = markdown_table(shares) if shares.height else "no conductor arm"
     return EvalTables(
         table=table,

@@ -196,14 +196,25 @@ def worker_usage(workflows: pl.DataFrame) -> pl.DataFrame:
 
 
 def fan_out_by_arm(flags: pl.DataFrame) -> pl.DataFrame:
-    """Per arm, the share of its workflows (infrastructure failures left out) that fanned out to
-    several workers and aggregated them with a vote seat: `flags` are the rows of
-    `sql/workflow_fan_out.sql` (workflow_id, arm, infra_failure, fans_out)."""
+    """Per arm, how it spent: the share of its workflows (infrastructure failures left out) that
+    fanned out to several workers and aggregated them with a vote seat, the share that made more
+    than one model call, and how often an agreeing vote stopped it early, right and wrong. `flags`
+    are the rows of `sql/workflow_fan_out.sql`."""
+    scored = flags.filter(~pl.col("infra_failure").fill_null(False))
+    stopped = pl.col("stopped_early")
     return (
-        flags.filter(~pl.col("infra_failure").fill_null(False))
-        .group_by("arm")
-        .agg(pl.len().alias("workflows"), pl.col("fans_out").sum().alias("fan_out"))
+        scored.group_by("arm")
+        .agg(
+            pl.len().alias("workflows"),
+            pl.col("fans_out").sum().alias("fan_out"),
+            (pl.col("model_calls") > 1).mean().alias("more_than_one_call"),
+            stopped.sum().alias("stopped_early"),
+            (stopped & pl.col("correct").fill_null(False)).sum().alias("stopped_right"),
+            (stopped & ~pl.col("correct").fill_null(False)).sum().alias("stopped_wrong"),
+        )
         .with_columns((pl.col("fan_out") / pl.col("workflows")).alias("share"))
+        .select("arm", "workflows", "fan_out", "share", "more_than_one_call", "stopped_early", "stopped_right",
+                "stopped_wrong")
         .sort("arm")
     )
 

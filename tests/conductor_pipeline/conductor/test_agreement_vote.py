@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from conductor_pipeline.corpora.loaders import load_math_full
+from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import WorkerSeat, load_pool
 from conductor_pipeline.warehouse import Warehouse
@@ -133,3 +134,31 @@ def test_only_a_vote_seat_has_a_stopping_rule() -> None:
                    stop_when_first_agree=2)
     with pytest.raises(ValidationError):
         WorkerSeat(name="v", backend="vote", model="v", description="d", stop_when_first_agree=1)
+
+
+def test_the_warehouse_says_how_each_arm_spent(pools, tmp_path: Path) -> None:
+    """`sql/workflow_fan_out.sql` and `fan_out_by_arm`, the eval's `fan_out` table: stopped early
+    (right and wrong) and more than one model call, per arm, from the rows the orchestrator wrote."""
+    by_pool, questions = pools
+    warehouse = Warehouse(tmp_path / "w.duckdb")
+    warehouse.insert("questions", list(questions.values()))
+    pool, workers = by_pool["cascade"]
+    texts = {"cascade": fan_out(LLAMA405, DEEPSEEK, GPT4O, GEMINI), "solo": lists([GPT4O], ["Solve it."], [[]])}
+
+    async def main():
+        orch = orchestrate(pool, workers, warehouse)
+        for question in questions.values():
+            for arm, text in texts.items():
+                await orch.run_workflow_text(question, text, conductor_name="scripted", run_id="spend", arm=arm)
+        await orch.flush()
+
+    asyncio.run(main())
+    flags = warehouse.query_file("workflow_fan_out", {"run_id": "spend", "aggregators": ["majority-vote"]})
+    spent = {row["arm"]: row for row in fan_out_by_arm(flags).iter_rows(named=True)}
+    # 685: llama-405b and deepseek agree on 17700 (right) and stop; 189: llama-405b "\\frac{9}{1}" and
+    # deepseek disagree, all four run and the four-way tie goes to llama-405b (right).
+    assert spent["cascade"] == {
+        "arm": "cascade", "workflows": 2, "fan_out": 2, "share": 1.0, "more_than_one_call": 1.0,
+        "stopped_early": 1, "stopped_right": 1, "stopped_wrong": 0,
+    }
+    assert (spent["solo"]["fan_out"], spent["solo"]["more_than_one_call"], spent["solo"]["stopped_early"]) == (0, 0.0, 0)

@@ -187,12 +187,16 @@ class _ConductorRewardBase:
 
 def routing_metrics(verdicts: Sequence[RolloutVerdict | None]) -> dict[str, float]:
     """What a step's scored, parsed rollouts routed to: their accuracy (`parsed_accuracy`, the
-    routing curve once the format is learnt), each final worker's share (`final_worker/<name>`) and,
-    on a pool with a vote seat, the share that fanned out and aggregated (`fan_out_share`)."""
+    routing curve once the format is learnt), what they paid for their calls (`parsed_cost_usd`, the
+    spending curve), each final worker's share (`final_worker/<name>`) and, on a pool with a vote
+    seat, the share that fanned out and aggregated (`fan_out_share`)."""
     parsed = [v for v in verdicts if v is not None and v.parse_code == PARSE_OK and v.correct is not None]
     if not parsed:
         return {}
-    metrics = {"parsed_accuracy": sum(bool(v.correct) for v in parsed) / len(parsed)}
+    metrics = {
+        "parsed_accuracy": sum(bool(v.correct) for v in parsed) / len(parsed),
+        "parsed_cost_usd": sum(v.cost_usd for v in parsed) / len(parsed),
+    }
     for worker, count in Counter(v.final_worker for v in parsed if v.final_worker).items():
         metrics[f"final_worker/{worker}"] = count / len(parsed)
     flags = [v.fans_out for v in parsed if v.fans_out is not None]

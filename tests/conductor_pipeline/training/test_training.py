@@ -161,16 +161,17 @@ def test_routing_metrics_say_what_parsed_rollouts_routed_to():
     from conductor_pipeline.training.reward import routing_metrics
 
     verdicts = [
-        RolloutVerdict("ok", True, final_worker="a", fans_out=False),
-        RolloutVerdict("ok", False, final_worker="b", fans_out=True),
-        RolloutVerdict("ok", True, final_worker="a", fans_out=False),
+        RolloutVerdict("ok", True, final_worker="a", fans_out=False, cost_usd=0.001),
+        RolloutVerdict("ok", False, final_worker="b", fans_out=True, cost_usd=0.004),
+        RolloutVerdict("ok", True, final_worker="a", fans_out=False, cost_usd=0.001),
         RolloutVerdict("schema"),  # unparsed: not routed
-        RolloutVerdict("ok", None, final_worker="a"),  # infrastructure failure: not scored
+        RolloutVerdict("ok", None, final_worker="a", cost_usd=0.5),  # infrastructure failure: not scored
         None,
     ]
-    assert routing_metrics(verdicts) == {
-        "parsed_accuracy": 2 / 3, "final_worker/a": 2 / 3, "final_worker/b": 1 / 3, "fan_out_share": 1 / 3,
-    }
+    assert routing_metrics(verdicts) == pytest.approx({
+        "parsed_accuracy": 2 / 3, "parsed_cost_usd": 0.002, "final_worker/a": 2 / 3, "final_worker/b": 1 / 3,
+        "fan_out_share": 1 / 3,
+    })
     assert routing_metrics([RolloutVerdict("schema")]) == {}
     assert "fan_out_share" not in routing_metrics([RolloutVerdict("ok", True, final_worker="a")])
 

@@ -30,7 +30,9 @@ import polars as pl
 from assets.metadata import latest_metadata
 from assets.results import eval_tables_event, paired_points, record_from_event, three_places, trained_arms
 from benchmarks.learnability import choices, favourite_shown_or_not, quarter_steps, verdict
+from conductor_pipeline.evaluation.cascades import CascadeArm
 from conductor_pipeline.evaluation.frames import fan_out_by_arm
+from conductor_pipeline.evaluation.learning import compare_pairs
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.stats import PairedComparison, compare_paired
 from conductor_pipeline.warehouse import Warehouse
@@ -104,6 +106,23 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
         + (f" against `vote:top5`'s {vote_cost:.5f} ({cost[trained] / vote_cost:.0%})." if vote_cost else "."),
     ]
     workflows = warehouse.query_file("eval_workflows", {"run_id": run_id})
+    cascades = sorted(arm for arm in cost if arm.startswith(CascadeArm.PREFIX))
+    if cascades:
+        against = compare_pairs(workflows, [(trained, arm) for arm in cascades])
+        lines += [
+            "",
+            "Against the static agreement cascades chosen on the train split (paired, Holm over these rows only):",
+            "",
+            "| cascade | its accuracy | cost per question | the trained conductor against it (pts) [95% CI] | verdict |",
+            "|---|---:|---:|---|---|",
+        ]
+        for (_, arm), comparison in against.items():
+            lines.append(
+                f"| `{arm}` | {comparison.reference_accuracy:.3f} | {cost[arm]:.5f} | "
+                f"{100 * comparison.difference.value:+.1f} [{100 * comparison.difference.low:+.1f}, "
+                f"{100 * comparison.difference.high:+.1f}] | {comparison.verdict} |"
+            )
+        lines.append("")
     for row in record["order_agreement"]:
         shift = shuffled_against_file_order(workflows, row["arm"], row["shuffled_arm"])
         lines.append(

@@ -1,6 +1,6 @@
 """Evaluate a trained conductor checkpoint on any pool file, prompted as it was trained.
 
-    .venv/bin/python -m assets.evaluate_checkpoint CHECKPOINT --pool POOL [--slice-size N]
+    .venv/bin/python -m assets.evaluate_checkpoint CHECKPOINT --pool POOL [--slice-size N] [--temperature T]
     .venv/bin/python -m assets.evaluate_checkpoint --trained [--seed N] --pool POOL
 
 `--trained` evaluates the latest `make run`'s trained conductor and its warm start (of seed N,
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slice-size", type=int, default=None, help="eval questions (default: eval_arms' default)")
     parser.add_argument("--quick", action="store_true",
                         help="the conductor alone, in the pool file's order: no warm start, no shuffled twin (`make run`)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sample the conductor at this temperature instead of its trained one (0: greedy)")
     parser.add_argument("--torch-threads", type=int, default=DEFAULT_TORCH_THREADS)
     args = parser.parse_args(argv)
     if args.trained == (args.checkpoint is not None):
@@ -163,8 +165,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"\n######## the trained conductor ({', '.join(f'{k} {v}' for k, v in tags.items() if k in (RECIPE_TAG, SEED_TAG))}) "
               f"on {args.pool}, workers it never saw")
+    if args.temperature is not None:
+        print(f"sampled at temperature {args.temperature} instead of the trained one")
     report = evaluate_checkpoint(
-        definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size, quick=args.quick
+        definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size, quick=args.quick,
+        op_config={"eval_arms": {"checkpoint_temperature": args.temperature}} if args.temperature is not None else None,
     )
     print_headlines(instance, assets=EVAL_HEADLINES)
     if report.failed:

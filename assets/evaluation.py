@@ -48,7 +48,7 @@ from assets.evaluation_metadata import (
 from assets.metadata import stage
 from assets.probing import pass_rates
 from assets.world_model import WorldModelFitConfig
-from conductor_pipeline.conductor.prompt import read_trained_prompt
+from conductor_pipeline.conductor.prompt import PromptSpec, read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
@@ -110,6 +110,11 @@ class EvalArmsConfig(dg.Config):
     conductor_checkpoints: list[str] = Field(
         [], description="Extra local HF checkpoints to evaluate as conductor arms"
     )
+    checkpoint_temperature: float | None = Field(
+        None, ge=0,
+        description="Sample the checkpoint arms (configured and trained) at this temperature instead of the one "
+        "they trained with (0: greedy); None keeps the trained one. It joins the eval run's id, not the arm names",
+    )
     use_trained_checkpoint: bool = Field(
         True, description="Also evaluate the latest materialized conductor_checkpoint, when there is one"
     )
@@ -163,14 +168,21 @@ def conductor_resources(
 ) -> list[ConductorPolicyResource]:
     """The conductor resource (unless it is the untrained default), the configured checkpoints
     (prompted as they were trained when their folder records it, `read_trained_prompt`, else like
-    the resource) and the trained policies (prompted as they were trained)."""
+    the resource) and the trained policies (prompted as they were trained); the checkpoints are sampled
+    at `checkpoint_temperature` when it is set."""
     chosen = [conductor] if config.use_conductor_resource and (config.include_untrained or not conductor.untrained) else []
+
+    def sampled(prompt: PromptSpec | None) -> PromptSpec | None:
+        if config.checkpoint_temperature is None:
+            return prompt
+        return (prompt or conductor.prompt_spec).model_copy(update={"temperature": config.checkpoint_temperature})
+
     paths = list(dict.fromkeys(config.conductor_checkpoints))
-    chosen += [conductor.with_checkpoint(path, read_trained_prompt(path)) for path in paths]
+    chosen += [conductor.with_checkpoint(path, sampled(read_trained_prompt(path))) for path in paths]
     for policy in trained:
         if policy.path not in paths:
             paths.append(policy.path)
-            chosen.append(conductor.with_checkpoint(policy.path, policy.prompt))
+            chosen.append(conductor.with_checkpoint(policy.path, sampled(policy.prompt)))
     return chosen
 
 

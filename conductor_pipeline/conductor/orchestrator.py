@@ -13,8 +13,8 @@ about the routing; scoring it would punish the conductor for a provider's outage
 A seat with backend `vote` answers from what it is shown: besides the chat turns, its request
 carries the visible steps' responses (`CallRequest.visible_responses`), and since it calls no model
 it takes no governor slot. A vote seat with `stop_when_first_agree` ends the spending early: when the
-first steps it sees agree, the steps before it that have not run are skipped. Each step's `calls` row records how many earlier results it saw
-(`visible_steps`), the world model's topology feature.
+first steps it sees agree, the steps before it that have not run are skipped. Each step's `calls`
+row records how many earlier results it saw (`visible_steps`), the world model's topology feature.
 
 Recursion (a pool seat with backend `conductor` is the conductor itself): `conductor.recursion`.
 The execution state and the rows it records: `conductor.execution`.

@@ -134,6 +134,22 @@ def orchestrate(pool, workers, warehouse=None, **kwargs) -> Orchestrator:
     return Orchestrator(pool, workers, Governor.from_pool(pool), warehouse, **kwargs)
 
 
+def run_workflow_texts(pool, workers, question, texts: dict[str, str], *, warehouse=None, run_id: str = "scripted") -> dict:
+    """Each conductor text of `texts` (arm name -> text) executed on `question`, recorded under its
+    arm name in `warehouse` (None: recording nothing); arm name -> its WorkflowRecord."""
+
+    async def main():
+        orch = orchestrate(pool, workers, warehouse)
+        records = {
+            name: await orch.run_workflow_text(question, text, conductor_name="scripted", run_id=run_id, arm=name)
+            for name, text in texts.items()
+        }
+        await orch.flush()
+        return records
+
+    return asyncio.run(main())
+
+
 SYNTHETIC_SUBJECTS = {
     "Geometry": "triangle circle angle area radius",
     "Number Theory": "remainder divisible prime modulo digit",

@@ -21,7 +21,7 @@ from conductor_pipeline.evaluation.frames import fan_out_by_arm
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import WorkerSeat, load_pool
 from conductor_pipeline.warehouse import Warehouse
-from tests.builders import lists, orchestrate
+from tests.builders import lists, orchestrate, run_workflow_texts
 from tests.shared_data import require_shared_data
 
 SPLIT_VOTE, TIED_VOTE = "test/geometry/685.json", "test/geometry/189.json"
@@ -43,19 +43,9 @@ def pools(tmp_path_factory: pytest.TempPathFactory):
         yield {"cascade": (cascade, build_workers(cascade)), "vote": (vote, build_workers(vote))}, questions
 
 
-def run(pool_and_workers, question, texts: dict[str, str], warehouse=None) -> dict:
+def run(pool_and_workers, question, texts: dict[str, str], warehouse=None, run_id: str = "agree") -> dict:
     pool, workers = pool_and_workers
-
-    async def main():
-        orch = orchestrate(pool, workers, warehouse)
-        records = {
-            name: await orch.run_workflow_text(question, text, conductor_name="scripted", run_id="agree", arm=name)
-            for name, text in texts.items()
-        }
-        await orch.flush()
-        return records
-
-    return asyncio.run(main())
+    return run_workflow_texts(pool, workers, question, texts, warehouse=warehouse, run_id=run_id)
 
 
 def test_two_agreeing_first_answers_skip_the_rest_and_only_their_calls_are_paid(pools, tmp_path: Path) -> None:
@@ -142,17 +132,9 @@ def test_the_warehouse_says_how_each_arm_spent(pools, tmp_path: Path) -> None:
     by_pool, questions = pools
     warehouse = Warehouse(tmp_path / "w.duckdb")
     warehouse.insert("questions", list(questions.values()))
-    pool, workers = by_pool["cascade"]
     texts = {"cascade": fan_out(LLAMA405, DEEPSEEK, GPT4O, GEMINI), "solo": lists([GPT4O], ["Solve it."], [[]])}
-
-    async def main():
-        orch = orchestrate(pool, workers, warehouse)
-        for question in questions.values():
-            for arm, text in texts.items():
-                await orch.run_workflow_text(question, text, conductor_name="scripted", run_id="spend", arm=arm)
-        await orch.flush()
-
-    asyncio.run(main())
+    for question in questions.values():
+        run(by_pool["cascade"], question, texts, warehouse, run_id="spend")
     flags = warehouse.query_file("workflow_fan_out", {"run_id": "spend", "aggregators": ["majority-vote"]})
     spent = {row["arm"]: row for row in fan_out_by_arm(flags).iter_rows(named=True)}
     # 685: llama-405b and deepseek agree on 17700 (right) and stop; 189: llama-405b "\\frac{9}{1}" and

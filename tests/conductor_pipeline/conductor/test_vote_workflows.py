@@ -26,7 +26,7 @@ from conductor_pipeline.records import CallStatus, Question
 from conductor_pipeline.training.rollouts import PoolExecutor
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.data import load_training_frame
-from tests.builders import ScriptedPolicy, lists, orchestrate
+from tests.builders import ScriptedPolicy, lists, orchestrate, run_workflow_texts
 from tests.shared_data import require_shared_data
 
 POOL = "replay-mixed6-vote"
@@ -49,16 +49,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[PoolConfig, dict
 
 
 def run_texts(pool, workers, warehouse, question, texts: dict[str, str]) -> dict:
-    async def main():
-        orch = orchestrate(pool, workers, warehouse)
-        records = {
-            name: await orch.run_workflow_text(question, text, conductor_name="scripted", run_id="vote", arm=name)
-            for name, text in texts.items()
-        }
-        await orch.flush()
-        return records
-
-    return asyncio.run(main())
+    return run_workflow_texts(pool, workers, question, texts, warehouse=warehouse, run_id="vote")
 
 
 def test_the_vote_answers_the_majority_of_what_its_access_list_shows(recorded, tmp_path: Path) -> None:

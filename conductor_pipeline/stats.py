@@ -19,7 +19,6 @@ from typing import Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import binomtest, norm
 
 DEFAULT_CONFIDENCE = 0.95
 # Question resamples of every paired bootstrap: the 2.5% and 97.5% quantiles of 2,000 draws move
@@ -41,6 +40,8 @@ def wilson_interval(
     successes: ArrayLike, trials: ArrayLike, confidence: float = DEFAULT_CONFIDENCE
 ) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval (lower, upper); (0, 1) where there are no trials."""
+    from scipy.stats import norm  # noqa: PLC0415 (scipy.stats loads in seconds; the definitions import this module)
+
     s, n = _counts(successes, trials)
     z = norm.ppf(0.5 + confidence / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -145,6 +146,8 @@ def mcnemar_exact_p(arm_only: int, reference_only: int) -> float:
     """
     if arm_only < 0 or reference_only < 0:
         raise ValueError(f"discordant counts must be >= 0, got {arm_only} and {reference_only}")
+    from scipy.stats import binomtest  # noqa: PLC0415 (scipy.stats loads in seconds)
+
     discordant = arm_only + reference_only
     if discordant == 0:
         return 1.0

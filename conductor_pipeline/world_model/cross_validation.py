@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
-from sklearn.model_selection import GroupKFold
 
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.world_model.features import WorldModelSettings
@@ -144,6 +143,8 @@ def family_fallback_note(workers: Sequence[str], families: Mapping[str, str]) ->
 
 def question_folds(frame: pl.DataFrame, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train rows, test rows) per fold, grouped by question: no question is on both sides."""
+    from sklearn.model_selection import GroupKFold  # noqa: PLC0415 (heavy: imported where W is evaluated)
+
     groups = frame["question_id"].to_numpy()
     folds = GroupKFold(n_splits=min(n_folds, len(np.unique(groups))))
     return list(folds.split(np.zeros(frame.height), groups=groups))

@@ -7,15 +7,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
-from sklearn.decomposition import PCA, TruncatedSVD
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from conductor_pipeline.pools.config import WorkerSeat
+
+if TYPE_CHECKING:
+    from sklearn.decomposition import PCA, TruncatedSVD
 
 # --- knobs -------------------------------------------------------------------------------------
 
@@ -108,6 +109,8 @@ class TfidfSvdText:
     SMALL_BATCH = 8
 
     def __init__(self, n_components: int = 32, max_features: int = 20_000, seed: int = 0) -> None:
+        from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415 (heavy: imported where W is fitted)
+
         self.n_components = n_components
         self.vectorizer = TfidfVectorizer(
             sublinear_tf=True, ngram_range=(1, 2), min_df=2, max_features=max_features, dtype=np.float32
@@ -124,6 +127,8 @@ class TfidfSvdText:
             self.vectorizer.set_params(min_df=1)
             matrix = self.vectorizer.fit_transform(unique)
         components = max(1, min(self.n_components, matrix.shape[1] - 1, len(unique) - 1))
+        from sklearn.decomposition import TruncatedSVD  # noqa: PLC0415 (heavy: imported where W is fitted)
+
         self.svd = TruncatedSVD(n_components=components, random_state=self.seed).fit(matrix)
         # Term -> (idf, projection row), for the small-batch path.
         self._idf = self.vectorizer.idf_.astype(np.float64)
@@ -187,6 +192,8 @@ class MiniLmText:
         unique = sorted(set(texts))
         embeddings = self._encode(unique)
         components = max(1, min(self.n_components, len(unique) - 1, embeddings.shape[1]))
+        from sklearn.decomposition import PCA  # noqa: PLC0415 (heavy: imported where W is fitted)
+
         self.pca = PCA(n_components=components, random_state=self.seed).fit(embeddings)
         return self
 

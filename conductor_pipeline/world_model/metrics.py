@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
 from conductor_pipeline.stats import question_resample_counts
 
@@ -111,6 +110,8 @@ def expected_calibration_error(
 
 def _metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
     """Point metrics with scikit-learn."""
+    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score  # noqa: PLC0415 (heavy)
+
     clipped = np.clip(p, PROBABILITY_EPS, 1 - PROBABILITY_EPS)
     return {
         "log_loss": float(log_loss(y, clipped, labels=[0, 1])),

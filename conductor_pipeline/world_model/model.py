@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightgbm as lgb
 import numpy as np
 import polars as pl
-from sklearn.model_selection import GroupShuffleSplit
 
 from conductor_pipeline.pools.config import WorkerSeat
 from conductor_pipeline.records import Question
@@ -25,6 +23,9 @@ from conductor_pipeline.world_model.features import (
     build_features,
     make_text_featurizer,
 )
+
+if TYPE_CHECKING:
+    import lightgbm as lgb
 
 # --- the model ---------------------------------------------------------------------------------
 
@@ -248,6 +249,9 @@ def _fit_with_early_stopping(
     objective: str,
 ) -> tuple[lgb.Booster, int, float | None]:
     """Pick the round count on held-out *questions*, then (by default) refit on everything."""
+    import lightgbm as lgb  # noqa: PLC0415 (heavy: imported where W is fitted)
+    from sklearn.model_selection import GroupShuffleSplit  # noqa: PLC0415 (heavy: imported where W is fitted)
+
     params = settings.lgb_params(objective)
     n_groups = len(np.unique(groups))
     if n_groups < 10:

@@ -25,10 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import lightgbm as lgb
 import numpy as np
-from sklearn.decomposition import PCA, TruncatedSVD
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from conductor_pipeline.files import (
     atomic_path,
@@ -101,6 +98,9 @@ def _text_state(text_model: TextFeaturizer | None) -> dict[str, Any] | None:
 def _text_model(state: dict[str, Any] | None) -> TextFeaturizer | None:
     """Rebuild the fitted text representation: scikit-learn's own objects with the fitted state
     set, so transforms run the same code on the same numbers as before saving."""
+    from sklearn.decomposition import PCA, TruncatedSVD  # noqa: PLC0415 (heavy: imported where W is loaded)
+    from sklearn.feature_extraction.text import TfidfVectorizer  # noqa: PLC0415
+
     if state is None:
         return None
     if state["kind"] == TfidfSvdText.name:
@@ -211,6 +211,8 @@ def load_world_model(folder: str | Path) -> WorldModel:
         raise WorldModelFileError(f"world model {folder} does not match its manifest: {problem}; {REBUILD_HINT}")
     state = json.loads((folder / STATE).read_text())
     kept = [state["feature_names"][i] for i in state["kept_columns"]]
+    import lightgbm as lgb  # noqa: PLC0415 (heavy: imported where W is loaded)
+
     boosters = {
         name: lgb.Booster(model_file=str(folder / file)) if file else None for name, file in state["boosters"].items()
     }

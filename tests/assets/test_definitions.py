@@ -78,10 +78,15 @@ def test_the_vote_and_recursive_pools_build_every_main_job(monkeypatch: pytest.M
     assert probe_partition_keys(loaded) == load_pool(pool).solo_worker_names
 
 
-def test_loading_the_definitions_leaves_trl_and_torch_unimported() -> None:
-    """A `make run` with nothing to do, `make ui` and every test worker load the definitions; TRL
-    (and the torch it brings) is imported by the steps that train, not by the graph."""
-    code = "import sys, assets.main; print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))"
+HEAVY_LIBRARIES = ("trl", "torch", "transformers", "sklearn", "scipy.stats", "lightgbm", "pandas", "statsmodels")
+
+
+def test_loading_the_definitions_leaves_the_heavy_libraries_unimported() -> None:
+    """A `make run` with nothing to do, `make ui`, every Dagster subprocess and every test that starts
+    the entry point load the definitions; TRL (and the torch it brings), scikit-learn, LightGBM and
+    scipy.stats take seconds each to import, so the steps that train, fit W or test import them,
+    not the graph."""
+    code = f"import sys, assets.main; print(sorted(m for m in {HEAVY_LIBRARIES!r} if m in sys.modules))"
     imported = subprocess.run(
         [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -114,8 +114,9 @@ class GRPOSettings:
     beta: float = field(default=0.0, metadata=_help("KL coefficient to the reference policy (paper: no KL, 0.0)."))
     loss_type: str = field(default="grpo", metadata=_knob(
         "TRL loss aggregation: 'grpo' (per-sequence mean, the paper's GRPO) or 'dapo'/'dr_grpo'/... (TRL default dapo)."))
-    scale_rewards: str = field(default="group", metadata=_help(
-        "Advantage scaling: 'group' (standard GRPO), 'batch', or 'none' (Dr. GRPO)."))
+    scale_rewards: str = field(default="group", metadata=_knob(
+        "Advantage scaling: 'group' (standard GRPO), 'batch', or 'none' (Dr. GRPO: a group whose rewards differ "
+        "only by a small price keeps small advantages)."))
     num_iterations: int = field(default=1, metadata=_help("Policy updates per generation batch (GRPO's mu)."))
     save_steps: int = field(default=10, metadata=_knob(
         "Checkpoint every N steps (10: a killed run loses at most 10 steps); a rerun resumes from the latest.", ge=1))

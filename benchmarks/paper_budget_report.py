@@ -58,11 +58,15 @@ def shuffled_against_file_order(workflows: pl.DataFrame, arm: str, shuffled_arm:
     return compare_paired(verdicts[shuffled_arm].to_numpy(), verdicts[arm].to_numpy())
 
 
-def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | None]:
+def latest_eval(pool_name: str, instance: dg.DagsterInstance) -> tuple[dict, Path, Warehouse]:
+    """The latest eval of `pool_name`: its record, its tables folder and the warehouse beside it."""
     event = eval_tables_event(instance, pool_name)
-    record = record_from_event(instance, event)
-    tables = event.asset_materialization.metadata
-    folder = Path(str(tables["tables_dir"].value))
+    folder = Path(str(event.asset_materialization.metadata["tables_dir"].value))
+    return record_from_event(instance, event), folder, Warehouse(folder.parent / "warehouse.duckdb")
+
+
+def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | None]:
+    record, folder, warehouse = latest_eval(pool_name, instance)
     run_id = record["eval_run_id"]
     arms = pl.read_parquet(folder / f"{run_id}_arms.parquet")
     trained = trained_arm(arms["arm"].to_list())
@@ -70,7 +74,6 @@ def section(pool_name: str, instance: dg.DagsterInstance) -> tuple[str, Path | N
     accuracy = {a: v["accuracy"] for a, v in record["arms"].items()}
     cost = dict(zip(arms["arm"], arms["cost_per_question"], strict=True))
 
-    warehouse = Warehouse(folder.parent / "warehouse.duckdb")
     aggregators = sorted(seat.name for seat in load_pool(pool_name).workers if seat.is_vote)
     fan_out = "no vote seat in this pool"
     if aggregators:

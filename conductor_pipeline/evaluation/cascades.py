@@ -186,6 +186,19 @@ CASCADE_GOALS: dict[str, str] = {
 }
 
 
+def answers_by_question(
+    probe_answers: pl.DataFrame, workers: Sequence[str]
+) -> dict[str, dict[str, tuple[str | None, bool, float]]]:
+    """question_id -> worker -> (extracted answer, correct, cost) from `sql/probe_answers.sql` rows,
+    for the questions every one of `workers` answered (a replay's inputs)."""
+    by_question: dict[str, dict[str, tuple[str | None, bool, float]]] = {}
+    for row in probe_answers.filter(pl.col("worker").is_in(list(workers))).iter_rows(named=True):
+        by_question.setdefault(row["question_id"], {})[row["worker"]] = (
+            row["extracted_answer"], bool(row["correct"]), float(row["cost_usd"] or 0.0)
+        )
+    return {question: answers for question, answers in by_question.items() if len(answers) == len(workers)}
+
+
 def choose_cascades(probe_answers: pl.DataFrame, vote_arm: VoteArm) -> list[CascadeChoice]:
     """One cascade per `CASCADE_GOALS` entry, over the vote's workers (best first), chosen on the
     train-split questions every one of them answered.
@@ -195,13 +208,7 @@ def choose_cascades(probe_answers: pl.DataFrame, vote_arm: VoteArm) -> list[Casc
     vote = vote_arm.workers
     if len(vote) < 3:
         raise CascadeChoiceError(f"a cascade needs a vote of at least three workers, got {list(vote)}")
-    rows = train_split_rows(probe_answers, vote)
-    by_question: dict[str, dict[str, tuple[str | None, bool, float]]] = {}
-    for row in rows.iter_rows(named=True):
-        by_question.setdefault(row["question_id"], {})[row["worker"]] = (
-            row["extracted_answer"], bool(row["correct"]), float(row["cost_usd"] or 0.0)
-        )
-    questions = [answers for answers in by_question.values() if len(answers) == len(vote)]
+    questions = list(answers_by_question(train_split_rows(probe_answers, vote), vote).values())
     if not questions:
         raise CascadeChoiceError(f"no train-split question has probe answers from every worker of {list(vote)}")
     equivalent = agreement_table(questions, vote)

@@ -97,6 +97,36 @@ def test_with_four_workers_stopping_early_never_changes_the_votes_answer(pools) 
         assert any(cascade[name].n_steps == 3 for name in texts)
 
 
+def test_the_fixed_fan_out_benchmark_replays_what_the_seat_does(pools) -> None:
+    """`benchmarks.fixed_fan_outs` scores fan-outs from recorded answers instead of running them: on
+    both questions and 40 orders of three or four solvers, its replay gives the seat's verdict, cost
+    and number of solver calls."""
+    from benchmarks.fixed_fan_outs import replay_fan_out
+    from conductor_pipeline.grading import is_equivalent
+
+    by_pool, questions = pools
+    pool, _ = by_pool["cascade"]
+    names = [seat.name for seat in pool.workers]
+    orders = [o for k in (3, 4) for o in itertools.permutations(range(6), k)]
+    random.Random(1).shuffle(orders)
+    for question_id in (SPLIT_VOTE, TIED_VOTE):
+        alone = run(by_pool["cascade"], questions[question_id], {names[w]: lists([w], ["Solve it."], [[]]) for w in range(6)})
+        answers = {name: (record.final_answer, record.correct, record.cost_usd) for name, record in alone.items()}
+        ran = run(by_pool["cascade"], questions[question_id], {str(order): fan_out(*order) for order in orders[:40]})
+        for order in orders[:40]:
+            replayed = replay_fan_out([names[w] for w in order], 2, answers, is_equivalent)
+            record = ran[str(order)]
+            assert (replayed.correct, replayed.calls) == (record.correct, record.n_steps - 1), order
+            assert replayed.cost_usd == pytest.approx(record.cost_usd)
+
+
+def test_the_benchmarks_frontier_keeps_only_what_no_cheaper_fan_out_matches() -> None:
+    from benchmarks.fixed_fan_outs import frontier
+
+    rows = [(0.6, 3.0, ("a",)), (0.5, 1.0, ("b",)), (0.5, 2.0, ("c",)), (0.7, 5.0, ("d",)), (0.55, 4.0, ("e",))]
+    assert [order for _, _, order in frontier(rows)] == [("b",), ("a",), ("d",)]
+
+
 def test_the_training_reward_scores_the_stopped_workflow(pools) -> None:
     by_pool, questions = pools
     pool, workers = by_pool["cascade"]

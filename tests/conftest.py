@@ -8,6 +8,7 @@ fast on a 2-core box.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from conductor_pipeline.reproducibility import hold_vector_kernels
 hold_vector_kernels()
 
 from conductor_pipeline.paths import ARTIFACTS_ENV  # noqa: E402
+from conductor_pipeline.pools.backends.transformers_serve import TransformersServer  # noqa: E402
 from tests.shared_data import require_shared_data
 
 RUN_SLOW_ENV = "RUN_SLOW"
@@ -35,6 +37,17 @@ def artifacts_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "artifacts"
     monkeypatch.setenv(ARTIFACTS_ENV, str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def served_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TransformersServer]:
+    """`transformers serve` on 127.0.0.1 serving the tiny offline model (random weights), for the
+    tests of clients against a real server: one server a session (a worker's)."""
+    from conductor_pipeline.training.tiny_models import build_tiny_causal_lm  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("tiny-serve")
+    with TransformersServer(build_tiny_causal_lm(root / "model"), log_path=root / "serve.log") as server:
+        yield server
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from conductor_pipeline.probing.recorded_outcomes import recorded_sample_outcome
 from conductor_pipeline.warehouse import Warehouse, WarehouseDamagedError
 from resources.pool import PoolResource
 from tests.reliability.test_kill import fake_checkpoint
+from tests.reliability.train_driver import train
 from tests.shared_data import require_shared_data
 
 
@@ -62,19 +63,13 @@ def test_training_resumes_from_the_last_whole_checkpoint_when_the_latest_is_trun
     from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
     model, out = build_tiny_causal_lm(tmp_path / "model"), tmp_path / "grpo"
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-
-    def train(steps: int) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "tests.reliability.train_driver", str(model), str(out), "--max-steps", str(steps)]
-        return subprocess.run(argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
-
-    assert train(2).returncode == 0
+    assert train(model, out, max_steps=2).global_step == 2
     weights = out / "checkpoint-2" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    resumed = train(3)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"DONE 3 {out / 'checkpoint-1'}" in resumed.stdout
-    assert f"skipping checkpoint {out / 'checkpoint-2'}: {weights} has 1000 bytes" in resumed.stderr
+    lines: list[str] = []
+    resumed = train(model, out, max_steps=3, log=lines.append)
+    assert (resumed.global_step, resumed.resumed_from) == (3, out / "checkpoint-1")
+    assert f"skipping checkpoint {out / 'checkpoint-2'}: {weights} has 1000 bytes" in "\n".join(lines)
 
 
 def test_a_half_written_checkpoint_folder_is_never_taken_as_complete(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from conductor_pipeline.paths import PROJECT_ROOT
 from conductor_pipeline.training.grpo import checkpoint_problem
+from tests.reliability.train_driver import train
 
 SHIM_SOURCE = Path(__file__).with_name("enospc_shim.c")
 SHIM_VARIABLES = ("LD_PRELOAD", "ENOSPC_PATH", "ENOSPC_TRIGGER")
@@ -52,25 +53,26 @@ def run(argv: list[str], env: dict[str, str], timeout_s: float = 600) -> subproc
 
 
 def test_a_full_disk_while_a_checkpoint_is_written(tmp_path: Path, full_disk) -> None:
+    """Only the run that meets the full disk is a process of its own (the shim fills its disk);
+    the runs before and after it train here, on the same driver."""
     from transformers import AutoModelForCausalLM
 
     from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 
     env, trigger = full_disk
     model, out = build_tiny_causal_lm(tmp_path / "model"), tmp_path / "grpo"
-    argv = [sys.executable, "-m", "tests.reliability.train_driver", str(model), str(out), "--max-steps"]
-    assert run([*argv, "2"], env("/checkpoint-3/")).returncode == 0  # not armed yet: checkpoints 1 and 2
+    assert train(model, out, max_steps=2).global_step == 2  # checkpoints 1 and 2 on a disk with room
     trigger.touch()
-    failed = run([*argv, "3"], env("/checkpoint-3/"))
+    argv = [sys.executable, "-m", "tests.reliability.train_driver", str(model), str(out), "--max-steps", "3"]
+    failed = run(argv, env("/checkpoint-3/"))
     assert failed.returncode != 0
     assert f"no space left on the device while writing checkpoint {out / 'checkpoint-3'}" in failed.stderr, failed.stderr[-3000:]
     assert not (out / "checkpoint-3").exists()  # nothing half-written is kept
     assert checkpoint_problem(out / "checkpoint-2") is None
     AutoModelForCausalLM.from_pretrained(out / "checkpoint-2")  # the previous checkpoint still loads
     trigger.unlink()  # space freed
-    resumed = run([*argv, "3"], env("/checkpoint-3/"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"DONE 3 {out / 'checkpoint-2'}" in resumed.stdout
+    resumed = train(model, out, max_steps=3)
+    assert (resumed.global_step, resumed.resumed_from) == (3, out / "checkpoint-2")
     assert checkpoint_problem(out / "checkpoint-3") is None
 
 

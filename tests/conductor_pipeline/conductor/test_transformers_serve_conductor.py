@@ -6,27 +6,17 @@ own token usage for every conductor call."""
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
-
-import httpx
-import pytest
 
 from conductor_pipeline.conductor.endpoint_policy import OpenAIEndpointPolicy
 from conductor_pipeline.conductor.orchestrator import Orchestrator
 from conductor_pipeline.evaluation.arms import ConductorArm, run_arm
+from conductor_pipeline.pools.backends.transformers_serve import TransformersServer
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import Question
-from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.workflow import PARSE_CODES
-
-STARTUP_TIMEOUT_S = 120.0  # imports FastAPI, uvicorn and torch on a shared 2-core machine
 
 
 class NeverCalled:
@@ -42,49 +32,9 @@ class NeverCalled:
         return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def served_tiny_model(tmp_path_factory):
-    model_dir = build_tiny_causal_lm(tmp_path_factory.mktemp("tiny") / "model")
-    port = _free_port()
-    cli = Path(sys.executable).with_name("transformers")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(cli), "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            stdout=sink, stderr=subprocess.STDOUT, env=env,
-        )
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"transformers serve exited with {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not start in {STARTUP_TIMEOUT_S}s: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1", str(model_dir)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def test_endpoint_conductor_on_transformers_serve_is_recorded_with_its_parse_code(served_tiny_model, tmp_path):
-    base_url, model = served_tiny_model
+def test_endpoint_conductor_on_transformers_serve_is_recorded_with_its_parse_code(
+    served_tiny_model: TransformersServer, tmp_path: Path
+) -> None:
     pool = PoolConfig(
         name="served-conductor",
         workers=[WorkerSeat(name=n, backend="replay", replay_source="zeroeval", model=n, description=f"worker {n}")
@@ -97,7 +47,7 @@ def test_endpoint_conductor_on_transformers_serve_is_recorded_with_its_parse_cod
     warehouse = Warehouse(tmp_path / "w.duckdb")
 
     async def main():
-        policy = OpenAIEndpointPolicy(base_url, model)
+        policy = OpenAIEndpointPolicy(served_tiny_model.base_url, served_tiny_model.model_id)
         workers = {"a": NeverCalled("a"), "b": NeverCalled("b")}
         orchestrator = Orchestrator(pool, workers, Governor.from_pool(pool), warehouse)
         try:

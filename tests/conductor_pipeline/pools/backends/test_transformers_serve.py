@@ -8,30 +8,13 @@ terminal 4xx when the request names a model the server does not serve.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from conductor_pipeline.pools.backends.openai_compat import OpenAICompatWorker, shared_http_client
 from conductor_pipeline.pools.backends.transformers_serve import TransformersServer
 from conductor_pipeline.pools.config import PoolConfig, load_pool
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import CallResult, CallStatus
-from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from tests.builders import make_request
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-serve") / "model")
-
-
-@pytest.fixture(scope="module")
-def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TransformersServer]:
-    log = tmp_path_factory.mktemp("tiny-serve-log") / "serve.log"
-    with TransformersServer(tiny_model_dir, log_path=log) as server:
-        yield server
 
 
 def bound_pool(server: TransformersServer) -> PoolConfig:
@@ -57,8 +40,8 @@ def run_calls(pool: PoolConfig, plan: list[tuple[str, int | None]]) -> list[Call
     return asyncio.run(run())
 
 
-def test_real_calls_record_status_and_usage(served: TransformersServer) -> None:
-    pool = bound_pool(served)
+def test_real_calls_record_status_and_usage(served_tiny_model: TransformersServer) -> None:
+    pool = bound_pool(served_tiny_model)
     plan = [("tiny-short", None), ("tiny-long", 4), ("tiny-short", 8), ("tiny-long", None)]
     results = run_calls(pool, plan)
     for (name, _), result in zip(plan, results):
@@ -72,8 +55,8 @@ def test_real_calls_record_status_and_usage(served: TransformersServer) -> None:
         assert result.cost_usd == 0.0 and result.attempts == 1 and result.latency_s > 0
 
 
-def test_a_model_the_server_does_not_serve_is_terminal(served: TransformersServer) -> None:
-    pool = bound_pool(served)
+def test_a_model_the_server_does_not_serve_is_terminal(served_tiny_model: TransformersServer) -> None:
+    pool = bound_pool(served_tiny_model)
     wrong = pool.model_copy(update={"workers": [pool.workers[0].model_copy(update={"model": "not-this-model"})]})
     (result,) = run_calls(wrong, [("tiny-short", None)])
     assert result.status is CallStatus.TERMINAL

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from conductor_pipeline.files import parse_yaml
+
 # The resources a settings file may configure (the pool comes from --pool; vLLM is launch-time config).
 CONFIGURABLE_RESOURCES = ("warehouse", "conductor", "trainer")
 
@@ -59,7 +61,7 @@ def load_run_settings(path: str | Path) -> RunSettings:
     """Read and check a settings file; unknown keys are refused, naming the file and the key."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = parse_yaml(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise RunSettingsError(f"cannot read run settings {path}: {exc}") from exc
     if not isinstance(raw, dict) or set(raw) - {"resources", "ops"}:

@@ -104,17 +104,18 @@ def source_closure(module: str) -> tuple[Path, ...]:
     return tuple(sorted(set(seen.values())))
 
 
-def named_files(sources: Iterable[Path]) -> list[Path]:
+@cache  # like `_source`, per process: every definition build asks again for the same closures
+def named_files(sources: tuple[Path, ...]) -> tuple[Path, ...]:
     """The SQL and data files the sources name in a quoted string (`"pass_rates"` ->
     sql/pass_rates.sql; `"sources.yaml"` -> data/sources.yaml)."""
     candidates = {path.stem: path for path in SQL_DIR.glob("*.sql")} | {
         path.name: path for path in DATA_DIR.iterdir() if path.is_file()
     }
     texts = [_source(path) for path in sources]
-    return sorted(
+    return tuple(sorted(
         path for name, path in candidates.items()
         if any(f'"{name}"' in text or f"'{name}'" in text for text in texts)
-    )
+    ))
 
 
 def settings_of(value: object) -> object:

@@ -19,9 +19,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from conductor_pipeline.files import parse_yaml
 from conductor_pipeline.paths import DATA_DIR
 from conductor_pipeline.records import Question
 from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, Step, Workflow, render_workflow
@@ -77,7 +77,7 @@ class PromptExample(BaseModel):
 @lru_cache(maxsize=4)
 def load_prompt_examples(path: Path = PROMPT_EXAMPLES_PATH) -> tuple[PromptExample, ...]:
     """All examples in a YAML file (a list under `examples:`), validated."""
-    raw = yaml.safe_load(path.read_text())
+    raw = parse_yaml(path.read_text())
     return tuple(PromptExample.model_validate(item) for item in raw["examples"])
 
 

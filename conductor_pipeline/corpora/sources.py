@@ -23,9 +23,9 @@ from functools import cache
 from pathlib import Path
 
 import pooch
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from conductor_pipeline.files import parse_yaml
 from conductor_pipeline.paths import DATA_DIR, PROJECT_ROOT
 
 SOURCES_FILE = DATA_DIR / "sources.yaml"
@@ -89,7 +89,7 @@ class DataSource(BaseModel):
 @cache
 def load_registry(sources_file: Path = SOURCES_FILE) -> dict[str, DataSource]:
     """Every registered data source by key."""
-    raw = yaml.safe_load(Path(sources_file).read_text())
+    raw = parse_yaml(Path(sources_file).read_text())
     entries = raw.get("sources") if isinstance(raw, dict) else None
     if not isinstance(entries, dict):
         raise ValueError(f"{sources_file}: expected a top-level `sources:` mapping")

@@ -16,6 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from conductor_pipeline.files import parse_yaml
 from conductor_pipeline.paths import POOLS_DIR
 
 
@@ -233,7 +234,7 @@ def load_pool(name_or_path: str | Path) -> PoolConfig:
     """Read and validate a pool file; every error names the file and the offending field."""
     path = pool_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = parse_yaml(path.read_text())
     except FileNotFoundError:
         available = sorted(p.stem for p in POOLS_DIR.glob("*.yaml"))
         raise PoolConfigError(f"{path}: no such pool file (shipped pools: {available})") from None

@@ -45,7 +45,7 @@ from assets.dagster_internals import (
     check_execution_finished,
     stale_status_resolver,
 )
-from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs
+from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs, sigterm_as_ctrl_c
 from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
 from assets.metadata import latest_metadata
@@ -284,12 +284,6 @@ def run_main_jobs(
     return report
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM as Ctrl-C: outside a running step it stops the process where it is (Dagster turns
-    both into an interrupted step while one runs)."""
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def settings_run_config(settings: RunSettings) -> Callable[[dg.JobDefinition, Sequence[str]], Mapping]:
     """A run's config: console logging at INFO plus the settings file's config of the assets it runs."""
     return lambda job, assets: {**CONSOLE_INFO, **settings.run_config(list(assets))}
@@ -323,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="The trainer's seed (warm start, GRPO, pool draws); each seed keeps its own checkpoints "
                         "and its runs are tagged `seed` (default: the settings file's, else 0)")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     make_reproducible(torch_threads=args.torch_threads)
     try:
         settings = load_run_settings(args.config) if args.config else RunSettings()

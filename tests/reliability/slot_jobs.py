@@ -20,8 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.dead_runs import SlotWaitMonitor, process_tags
-from assets.main import _interrupt
+from assets.dead_runs import SlotWaitMonitor, process_tags, sigterm_as_ctrl_c
 
 POOL = "gpu"
 
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("release_file", type=Path)
     parser.add_argument("--tagged", action="store_true", help="tag the run with this process, as make run does")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, sigterm_as_ctrl_c)
     job = gpu_job(args.release_file)
     run_id = str(uuid.uuid4())
     say(f"RUN {run_id}")

@@ -1,8 +1,8 @@
 """Time the README's commands from fresh clones: a baseline commit and the current one, side by side.
 
 Usage: python -m benchmarks.default_run_benchmark [--baseline 928a1c3] [--current HEAD]
-       [--cold-cache] [--steps install,run,rerun,test] [--baseline-steps STEPS] [--workdir DIR] [--keep] [--dry-run]
-       [--output benchmarks/RESULTS-default-run.md]
+       [--cold-cache] [--steps install,run,rerun,test] [--baseline-steps STEPS] [--repeats N] [--workdir DIR]
+       [--keep] [--dry-run] [--output benchmarks/RESULTS-default-run.md]
 
 For each commit: `git clone` this repository into a temporary folder, check the commit out, then
 run and time, in that folder and in this order,
@@ -20,6 +20,9 @@ output is in the work folder with --keep), and later steps of that commit still 
 graph: as long as its run); the table shows "-" for the others.
 --cold-cache gives each clone empty pip and uv caches, so the install downloads everything;
 without it the install uses the caches this machine already has (warm after the first commit).
+--repeats N (only with the steps install and test) installs both clones, then runs `make test` N
+times in turn, baseline then current, and reports each commit's median with its range and the
+median of the N pairwise ratios: a machine whose speed drifts moves both runs of a pair alike.
 --dry-run clones and checks out both commits and prints the commands, without running them.
 """
 
@@ -29,6 +32,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,12 +94,12 @@ def clone_environment(clone: Path, cold_cache: bool) -> dict[str, str]:
     return env
 
 
-def run_step(step: str, clone: Path, env: dict[str, str], log_dir: Path) -> StepResult:
+def run_step(step: str, clone: Path, env: dict[str, str], log_dir: Path, attempt: int = 0) -> StepResult:
     started = time.monotonic()
     completed = subprocess.run(STEPS[step], cwd=clone, env=env, capture_output=True, text=True)
     seconds = time.monotonic() - started
     output = completed.stdout + completed.stderr
-    (log_dir / f"{clone.name}-{step}.log").write_text(output)
+    (log_dir / f"{clone.name}-{step}{f'-{attempt}' if attempt else ''}.log").write_text(output)
     return StepResult(step, seconds, completed.returncode, output[-TAIL_CHARS:])
 
 
@@ -117,6 +121,29 @@ def results_table(steps: list[str], baseline: dict[str, StepResult], current: di
         b, c = baseline.get(step), current.get(step)
         rows.append(f"| {step} | `{' '.join(STEPS[step])}` | {cell(b)} | {cell(c)} | {ratio(b, c)} |")
     return "\n".join(rows)
+
+
+def repeated_cell(results: list[StepResult]) -> str:
+    if any(r.returncode for r in results):
+        return ", ".join(cell(r) for r in results)
+    seconds = [r.seconds for r in results]
+    return f"{statistics.median(seconds):.1f} ({min(seconds):.1f}-{max(seconds):.1f})"
+
+
+def repeated_table(baseline: list[StepResult], current: list[StepResult]) -> str:
+    """`make test` run in turn: each commit's median (range) and the median of the pairwise ratios."""
+    pairs = list(zip(baseline, current, strict=True))
+    passed = all(b.returncode == 0 and c.returncode == 0 for b, c in pairs)
+    median_ratio = f"{statistics.median([b.seconds / c.seconds for b, c in pairs]):.2f}x" if passed else "n/a"
+    return "\n".join([
+        "| step | command | runs | baseline s, median (range) | current s, median (range) | baseline / current, median of pairs |",
+        "|---|---|---:|---:|---:|---:|",
+        (f"| test | `{' '.join(STEPS['test'])}` | {len(pairs)} | {repeated_cell(baseline)} | {repeated_cell(current)} "
+         f"| {median_ratio} |"),
+        "",
+        "Pairs in the order they ran (baseline s, current s): "
+        + "; ".join(f"{b.seconds:.1f}, {c.seconds:.1f}" for b, c in pairs),
+    ])
 
 
 def results_markdown(args: argparse.Namespace, commits: dict[str, str], table: str) -> str:
@@ -142,6 +169,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--current", default="HEAD", help="Commit to measure")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"Comma-separated subset of {', '.join(STEPS)}")
     parser.add_argument("--baseline-steps", help="Steps timed on the baseline (default: --steps)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="Run `make test` this many times, baseline and current in turn (steps install,test only)")
     parser.add_argument("--cold-cache", action="store_true", help="Empty pip and uv caches for each clone")
     parser.add_argument("--workdir", type=Path, help="Where the clones go (default: a new temp folder)")
     parser.add_argument("--keep", action="store_true", help="Keep the clones and step logs afterwards")
@@ -154,7 +183,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [step for step in args.steps + args.baseline_steps if step not in STEPS]
     if unknown:
         parser.error(f"unknown steps {unknown}; choose from {list(STEPS)}")
+    if args.repeats < 1 or (args.repeats > 1 and not set(args.steps + args.baseline_steps) <= {"install", "test"}):
+        parser.error("--repeats N needs N >= 1, and above 1 only the steps install and test")
     return args
+
+
+def run_repeated(args: argparse.Namespace, workdir: Path, commits: dict[str, str]) -> int:
+    """Install both clones, then `make test` --repeats times, baseline and current in turn."""
+    clones: dict[str, tuple[Path, dict[str, str]]] = {}
+    installs: dict[str, StepResult] = {}
+    for label, commit in (("baseline", args.baseline), ("current", args.current)):
+        clone = workdir / label
+        commits[label] = clone_at(commit, clone)
+        clones[label] = (clone, clone_environment(clone, args.cold_cache))
+        print(f"== {label}: {commits[label]} in {clone}", flush=True)
+        if args.dry_run:
+            continue
+        installs[label] = run_step("install", clone, clones[label][1], workdir)
+        print(f"   install: {cell(installs[label])} s", flush=True)
+        if installs[label].returncode:
+            print(f"   install failed; its output ends with:\n{installs[label].tail}", flush=True)
+            return 1
+    if args.dry_run:
+        print(f"   would run `make test` {args.repeats} times in each clone, baseline and current in turn")
+        return 0
+    runs: dict[str, list[StepResult]] = {"baseline": [], "current": []}
+    for attempt in range(1, args.repeats + 1):
+        for label in ("baseline", "current"):
+            clone, env = clones[label]
+            runs[label].append(run_step("test", clone, env, workdir, attempt))
+            print(f"   test {attempt} {label}: {cell(runs[label][-1])} s", flush=True)
+    table = repeated_table(runs["baseline"], runs["current"])
+    print(f"\n{table}")
+    args.output.write_text(results_markdown(args, commits, table))
+    print(f"\nwritten to {args.output}")
+    return 0 if all(r.returncode == 0 for per in runs.values() for r in per) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     commits: dict[str, str] = {}
     results: dict[str, dict[str, StepResult]] = {"baseline": {}, "current": {}}
     try:
+        if args.repeats > 1:
+            return run_repeated(args, workdir, commits)
         for label, commit in (("baseline", args.baseline), ("current", args.current)):
             clone = workdir / label
             commits[label] = clone_at(commit, clone)

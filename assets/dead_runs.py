@@ -148,11 +148,11 @@ def describe_holder(instance: dg.DagsterInstance, run_id: str, step: str) -> tup
     return f"run {run_id} ({run.job_name}, step {step}{pid}); {how}", identity, alive
 
 
-
 def sigterm_as_ctrl_c(signum: int, frame: object) -> None:
     """SIGTERM as Ctrl-C (install with `signal.signal`): outside a running step it stops the process
     where it is (Dagster turns both into an interrupted step while one runs)."""
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
 
 @dataclass
 class SlotWaitMonitor:

@@ -43,8 +43,14 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def parse_yaml(text: str) -> Any:
-    """A YAML document as plain values, as `yaml.safe_load` reads it (raises `yaml.YAMLError`)."""
-    return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader, never the full one
+    """A YAML document as plain values, as `yaml.safe_load` reads it. A malformed document raises
+    the pure-Python loader's `yaml.YAMLError`, which quotes the offending line under its position."""
+    try:
+        return yaml.load(text, Loader=_YAML_LOADER)  # a safe loader, never the full one
+    except yaml.YAMLError:
+        if _YAML_LOADER is yaml.SafeLoader:
+            raise
+        return yaml.safe_load(text)  # raises the same error, with the line quoted
 
 
 class ArtifactWriteError(OSError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,8 +20,10 @@ from conductor_pipeline.reproducibility import hold_vector_kernels
 hold_vector_kernels()
 
 from conductor_pipeline.paths import ARTIFACTS_ENV  # noqa: E402
-from conductor_pipeline.pools.backends.transformers_serve import TransformersServer  # noqa: E402
 from tests.shared_data import require_shared_data
+
+if TYPE_CHECKING:
+    from conductor_pipeline.pools.backends.transformers_serve import TransformersServer
 
 RUN_SLOW_ENV = "RUN_SLOW"
 
@@ -43,6 +46,7 @@ def artifacts_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def served_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TransformersServer]:
     """`transformers serve` on 127.0.0.1 serving the tiny offline model (random weights), for the
     tests of clients against a real server: one server a session (a worker's)."""
+    from conductor_pipeline.pools.backends.transformers_serve import TransformersServer  # noqa: PLC0415
     from conductor_pipeline.training.tiny_models import build_tiny_causal_lm  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("tiny-serve")

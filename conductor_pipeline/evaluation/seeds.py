@@ -124,7 +124,7 @@ def pooled_comparisons(
 
     draws = [two_way_bootstrap(a - r, n_resamples=n_resamples, seed=bootstrap_seed) for *_, a, r in pooled]
     p_values = [bootstrap_p_value(d) for d in draws]
-    adjusted = holm_adjusted(p_values, alpha)
+    adjusted = holm_adjusted(p_values)
     # Each seed alone: the same pairs, paired over its questions, Holm-adjusted over the pairs it has.
     all_seeds = sorted({seed for _arm, _reference, seeds, *_ in pooled for seed in seeds})
     per_seed = {

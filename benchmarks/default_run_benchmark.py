@@ -20,9 +20,10 @@ output is in the work folder with --keep), and later steps of that commit still 
 graph: as long as its run); the table shows "-" for the others.
 --cold-cache gives each clone empty pip and uv caches, so the install downloads everything;
 without it the install uses the caches this machine already has (warm after the first commit).
---repeats N (only with the steps install and test) installs both clones, then runs `make test` N
-times in turn, baseline then current, and reports each commit's median with its range and the
-median of the N pairwise ratios: a machine whose speed drifts moves both runs of a pair alike.
+--repeats N (only with the step test, and install) installs both clones first (their seconds are
+printed), then runs `make test` N times in turn, baseline then current, and reports
+each commit's median with its range and the median of the N pairwise ratios: a machine whose speed
+drifts moves both runs of a pair alike.
 --dry-run clones and checks out both commits and prints the commands, without running them.
 """
 
@@ -183,8 +184,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = [step for step in args.steps + args.baseline_steps if step not in STEPS]
     if unknown:
         parser.error(f"unknown steps {unknown}; choose from {list(STEPS)}")
-    if args.repeats < 1 or (args.repeats > 1 and not set(args.steps + args.baseline_steps) <= {"install", "test"}):
-        parser.error("--repeats N needs N >= 1, and above 1 only the steps install and test")
+    repeated = set(args.steps + args.baseline_steps)
+    if args.repeats < 1 or (args.repeats > 1 and ("test" not in repeated or not repeated <= {"install", "test"})):
+        parser.error("--repeats N needs N >= 1, and above 1 the step test (with install or alone: both clones are "
+                     "installed first either way)")
     return args
 
 

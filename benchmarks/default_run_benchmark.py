@@ -191,18 +191,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def prepare_clone(
+    label: str, commit: str, workdir: Path, cold_cache: bool, commits: dict[str, str]
+) -> tuple[Path, dict[str, str]]:
+    """Clone `commit` into workdir/label (its full id recorded in `commits`); the clone and its environment."""
+    clone = workdir / label
+    commits[label] = clone_at(commit, clone)
+    print(f"== {label}: {commits[label]} in {clone}", flush=True)
+    return clone, clone_environment(clone, cold_cache)
+
+
+def publish(args: argparse.Namespace, commits: dict[str, str], table: str) -> None:
+    """Print the table and write it, with the commits and the machine, to --output."""
+    print(f"\n{table}")
+    args.output.write_text(results_markdown(args, commits, table))
+    print(f"\nwritten to {args.output}")
+
+
 def run_repeated(args: argparse.Namespace, workdir: Path, commits: dict[str, str]) -> int:
     """Install both clones, then `make test` --repeats times, baseline and current in turn."""
     clones: dict[str, tuple[Path, dict[str, str]]] = {}
     installs: dict[str, StepResult] = {}
     for label, commit in (("baseline", args.baseline), ("current", args.current)):
-        clone = workdir / label
-        commits[label] = clone_at(commit, clone)
-        clones[label] = (clone, clone_environment(clone, args.cold_cache))
-        print(f"== {label}: {commits[label]} in {clone}", flush=True)
+        clones[label] = prepare_clone(label, commit, workdir, args.cold_cache, commits)
         if args.dry_run:
             continue
-        installs[label] = run_step("install", clone, clones[label][1], workdir)
+        installs[label] = run_step("install", *clones[label], workdir)
         print(f"   install: {cell(installs[label])} s", flush=True)
         if installs[label].returncode:
             print(f"   install failed; its output ends with:\n{installs[label].tail}", flush=True)
@@ -216,10 +230,7 @@ def run_repeated(args: argparse.Namespace, workdir: Path, commits: dict[str, str
             clone, env = clones[label]
             runs[label].append(run_step("test", clone, env, workdir, attempt))
             print(f"   test {attempt} {label}: {cell(runs[label][-1])} s", flush=True)
-    table = repeated_table(runs["baseline"], runs["current"])
-    print(f"\n{table}")
-    args.output.write_text(results_markdown(args, commits, table))
-    print(f"\nwritten to {args.output}")
+    publish(args, commits, repeated_table(runs["baseline"], runs["current"]))
     return 0 if all(r.returncode == 0 for per in runs.values() for r in per) else 1
 
 
@@ -233,10 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeats > 1:
             return run_repeated(args, workdir, commits)
         for label, commit in (("baseline", args.baseline), ("current", args.current)):
-            clone = workdir / label
-            commits[label] = clone_at(commit, clone)
-            env = clone_environment(clone, args.cold_cache)
-            print(f"== {label}: {commits[label]} in {clone}", flush=True)
+            clone, env = prepare_clone(label, commit, workdir, args.cold_cache, commits)
             for step in args.baseline_steps if label == "baseline" else args.steps:
                 if args.dry_run:
                     print(f"   would run: (cd {clone} && {' '.join(STEPS[step])})")
@@ -248,10 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"   {step} failed; its output ends with:\n{result.tail}", flush=True)
         if args.dry_run:
             return 0
-        table = results_table(args.steps, results["baseline"], results["current"])
-        print(f"\n{table}")
-        args.output.write_text(results_markdown(args, commits, table))
-        print(f"\nwritten to {args.output}")
+        publish(args, commits, results_table(args.steps, results["baseline"], results["current"]))
         return 0 if all(r.returncode == 0 for per in results.values() for r in per.values()) else 1
     finally:
         if args.keep:

@@ -206,13 +206,16 @@ def probe_metadata(
         f"{steps} probe steps in {run.elapsed_s:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
         f"(group size {settings.num_generations}; the paper's is 64) had zero reward variance and "
         f"{format_metric(preview.correctness_figure)} the same correctness in every rollout (no routing signal); "
-        f"the gate judges {preview.gate_on} and needs < {gate.zero_variance_threshold:.2f}. "
+        f"the gate judges {preview.gate_on} and needs < {gate.zero_variance_threshold:.2f}{preview.describe_interval()}. "
         f"{rollout_summary(run.telemetry)}"
     )
     return {
         "summary": dg.MetadataValue.text(summary),
         "probe_run_id": dg.MetadataValue.text(run.run_id),
         "zero_variance_fraction": dg.MetadataValue.float(preview.figure),
+        "zero_variance_interval": dg.MetadataValue.json({"low": preview.interval[0], "high": preview.interval[1]}
+                                                        if preview.interval else {}),
+        "probe_decided": dg.MetadataValue.bool(bool(preview.decided)),
         "flat_reward_fraction": dg.MetadataValue.float(preview.reward_figure),
         "same_correctness_fraction": (
             dg.MetadataValue.float(preview.correctness_figure) if preview.correctness_figure is not None

@@ -11,6 +11,11 @@ Reward variance counts a group as live when its rollouts differ only in format (
 0.5 parsed but wrong): such a group teaches the format, not routing. So every verdict also
 reports the routing-signal figure, the share of groups whose rollouts all have the same
 correctness (format ignored), and `gate_on="correctness"` judges by that figure instead.
+
+A probe's figure is a share of a few dozen groups, so near the threshold it is mostly noise: the
+verdict still follows the figure, but it also carries the figure's Wilson interval and says whether
+the probe *decided* (the interval lies on one side of the threshold) or not, and how many groups
+would decide at that figure. An undecided gate may go the other way on another seed or CPU.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conductor_pipeline.files import read_json_checked, write_json_atomic
+from conductor_pipeline.stats import wilson_interval
 
 # Ship the full run only if strictly fewer than 20% of the probe's groups are flat (no gradient).
 ZERO_VARIANCE_THRESHOLD = 0.20
@@ -59,6 +65,17 @@ class GateVerdict:
     gate_on: str = GATE_ON_REWARD
     reward_figure: float | None = None  # share of groups with zero reward variance
     correctness_figure: float | None = None  # share of groups with one correctness (no routing signal)
+    # The judged figure's 95% Wilson interval over `groups`; None in verdicts written before it.
+    interval: tuple[float, float] | None = None
+
+    @property
+    def decided(self) -> bool | None:
+        """Whether the probe was large enough to tell: the interval lies wholly on the verdict's
+        side of the threshold. None for verdicts written before intervals were kept."""
+        if self.interval is None:
+            return None
+        low, high = self.interval
+        return high < self.threshold if self.passed else low >= self.threshold
 
     def describe(self) -> str:
         word = "passed" if self.passed else "FAILED"
@@ -68,8 +85,20 @@ class GateVerdict:
             f"{self.gate} {word}: {reward:.3f} of {self.groups} groups (group size {self.group_size}, "
             f"{self.steps} steps) had zero reward variance, {routing} had the same correctness in every "
             f"rollout (no routing signal); judged on {self.gate_on}: {self.figure:.3f} must be strictly "
-            f"below {self.threshold:.2f}"
+            f"below {self.threshold:.2f}{self.describe_interval()}"
         )
+
+    def describe_interval(self) -> str:
+        """'; 95% interval [a, b]: decided' or what an undecided probe would have needed ('' if unknown)."""
+        if self.interval is None:
+            return ""
+        low, high = self.interval
+        text = f"; 95% Wilson interval [{low:.3f}, {high:.3f}]"
+        if self.decided:
+            return f"{text} lies on one side of it: the probe decided"
+        needed = groups_to_decide(self.figure, self.threshold)
+        more = f"about {needed} groups would decide at this figure" if needed else "no probe size decides at this figure"
+        return f"{text} holds the threshold: a probe this size cannot tell, and another seed or CPU may differ ({more})"
 
     def summary(self) -> dict[str, object]:
         """The figures a reader of the check or of the checkpoint it licensed needs."""
@@ -83,7 +112,25 @@ class GateVerdict:
             "gate_on": self.gate_on,
             "flat_reward_fraction": self.reward_figure,
             "same_correctness_fraction": self.correctness_figure,
+            "interval": list(self.interval) if self.interval is not None else None,
+            "decided": self.decided,
         }
+
+
+def groups_to_decide(figure: float, threshold: float, *, most: int = 1_000_000) -> int | None:
+    """The fewest groups at which a probe reading `figure` would have a 95% Wilson interval clear
+    of `threshold` (None when none up to `most` would: the figure is the threshold)."""
+    def clear(groups: int) -> bool:
+        low, high = (float(end) for end in wilson_interval(figure * groups, groups))
+        return high < threshold if figure < threshold else low >= threshold
+
+    if not clear(most):
+        return None
+    fewest, enough = 1, most  # the interval narrows as groups grow, so bisect
+    while fewest < enough:
+        middle = (fewest + enough) // 2
+        fewest, enough = (fewest, middle) if clear(middle) else (middle + 1, enough)
+    return enough
 
 
 def step_flat_fraction(row: Mapping[str, object]) -> float:
@@ -147,6 +194,8 @@ def evaluate_zero_variance(
     else:
         detail = f"per-step fractions ({gate_on}): {[round(f, 3) for f in judged]}"
     figure = 1.0 if figure is None else figure
+    groups = len(rows) * groups_per_step
+    interval = tuple(float(end) for end in wilson_interval(round(figure * groups), groups)) if groups else None
     return GateVerdict(
         gate=ZERO_VARIANCE_GATE,
         probe_run_id=probe_run_id,
@@ -155,12 +204,13 @@ def evaluate_zero_variance(
         threshold=threshold,
         group_size=group_size,
         steps=len(rows),
-        groups=len(rows) * groups_per_step,
+        groups=groups,
         evaluated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         detail=detail,
         gate_on=gate_on,
         reward_figure=reward_figure,
         correctness_figure=correctness_figure,
+        interval=interval,
     )
 
 
@@ -203,7 +253,10 @@ def read_verdict(path: str | Path) -> GateVerdict | None:
     path = Path(path)
     if not path.is_file():
         return None
-    return GateVerdict(**read_json_checked(path, "gate verdict"))
+    fields = read_json_checked(path, "gate verdict")
+    if fields.get("interval") is not None:
+        fields["interval"] = tuple(fields["interval"])  # JSON keeps it as a list
+    return GateVerdict(**fields)
 
 
 def probe_manifest(

@@ -16,7 +16,7 @@ import yaml
 from dagster._utils.error import SerializableErrorInfo
 
 from assets.dagster_internals import StaleStatus, stale_status_resolver
-from assets.definitions import MAIN_JOBS, build_definitions
+from assets.definitions import build_definitions
 from assets.main import (
     HEADLINES,
     check_settings_ops,
@@ -35,9 +35,7 @@ from conductor_pipeline.paths import DATA_DIR
 from conductor_pipeline.training.gates import evaluate_zero_variance, write_verdict
 from conductor_pipeline.training.tiny_models import build_tiny_causal_lm
 from resources.conductor import ConductorPolicyResource
-from resources.pool import PoolResource
 from resources.trainer import TrainerResource
-from resources.warehouse import WarehouseResource
 from tests.shared_data import require_shared_data
 
 POOL = "replay-mixed6"

@@ -55,9 +55,12 @@ def test_the_gate_judges_a_probe_by_its_manifest_and_logged_steps(tmp_path):
     logged = [{"step": 1, "frac_zero_std": 0.0}, {"step": 2, "frac_zero_std": 0.0}]
     verdict = judge_probe(manifest, logged, threshold=0.2)
     assert verdict.figure == 0.25 and not verdict.passed  # ours (0.5 at step 1) wins over TRL's 0.0
+    low, high = verdict.interval  # 1 flat group of 4: a probe that cannot tell 0.25 from 0.2
     assert verdict.summary() == {"zero_variance_fraction": 0.25, "group_size": 4, "groups": 4, "steps": 2,
                                  "threshold": 0.2, "probe_run_id": "p1", "gate_on": "reward",
-                                 "flat_reward_fraction": 0.25, "same_correctness_fraction": None}
+                                 "flat_reward_fraction": 0.25, "same_correctness_fraction": None,
+                                 "interval": [low, high], "decided": False}
+    assert low < 0.2 < 0.25 < high
 
 
 def test_flat_groups_counts_questions_with_two_or_more_equal_rewards():

@@ -199,7 +199,7 @@ def build_training_set(
     `contested_subpools` anchors each question's sub-pools (`routing_anchors`); `prune_with` (a
     world model's path) drops questions it predicts every worker solves, or none does;
     `show_predicted_success` shows each catalogue line's out-of-fold W prediction
-    (`out_of_fold_prompt_success`, from the warehouse's train-split rows of the pool's seats) and
+    (`out_of_fold_prompt_success`, from the train-split probes of the pool's seats) and
     `ranked_catalogue` lists each prompt's workers by it. A pool that seats a test model is refused.
     """
     try:
@@ -211,7 +211,7 @@ def build_training_set(
     questions = contested_questions(store, read_contested_manifest(contested_dir, pool_config.name))
     anchors = routing_anchors(train_pass_rates(store, pool_config)) if contested_subpools else {}
     shown = (
-        out_of_fold_prompt_success(load_training_frame(store), questions, pool_config.workers)
+        out_of_fold_prompt_success(load_training_frame(store, probes_only=True), questions, pool_config.workers)
         if show_predicted_success else None
     )
     if prune_with is None:

@@ -60,11 +60,20 @@ def rows_by_source(frame: pl.DataFrame) -> dict[str, int]:
     return {row["source"]: int(row["len"]) for row in counts.iter_rows(named=True)}
 
 
-def load_training_frame(warehouse: Warehouse, workers: Collection[str] | None = None) -> pl.DataFrame:
+def load_training_frame(
+    warehouse: Warehouse, workers: Collection[str] | None = None, *, probes_only: bool = False
+) -> pl.DataFrame:
     """Every scored probe and workflow-step call, joined to its question (sql/world_model_training_rows.sql);
     with `workers`, only theirs. A pool's own W reads its seats' rows only: the warehouse also holds
-    other pools' probes, test models' among them, which nothing a conductor trains on may learn from."""
+    other pools' probes, test models' among them, which nothing a conductor trains on may learn from.
+
+    `probes_only` keeps the probe rows: the rows every W whose numbers a conductor reads is fitted on.
+    Rollout and eval steps are whatever runs wrote to the warehouse before (other seeds, recipes,
+    reruns), so a W fitted on them would make one seed's prompts depend on the seeds run before it.
+    """
     frame = normalize_training_frame(warehouse.query(load_sql("world_model_training_rows")))
+    if probes_only:
+        frame = frame.filter(pl.col("source") == "probe")
     return frame if workers is None else frame.filter(pl.col("worker").is_in(list(workers)))
 
 

@@ -17,7 +17,7 @@ from conductor_pipeline.world_model.aggregator_steps import evaluate_aggregator_
 from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.data import load_training_frame
 from conductor_pipeline.world_model.features import build_features
-from conductor_pipeline.world_model.model import WorldModel
+from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
 from conductor_pipeline.world_model.prompts_and_pruning import (
     predicted_success_for_prompt,
     prompt_predictor,
@@ -108,10 +108,13 @@ def test_w_hooks_give_no_number_for_a_seat_that_cannot_answer_alone() -> None:
         prune_zero_variance(model, [question], [VOTE])
 
 
-def step_call(call_id: str, kind: str, worker: str, visible_steps: int) -> CallRecord:
+def step_call(
+    call_id: str, kind: str, worker: str, visible_steps: int, *, question_id: str = "q0", correct: bool = True,
+    subtask: str | None = None,
+) -> CallRecord:
     return CallRecord(
-        call_id=call_id, run_id="r", kind=kind, question_id="q0", worker=worker, sample=0, subtask=None,
-        response="\\boxed{1}", extracted_answer="1", correct=True, status="ok", error=None, prompt_tokens=1,
+        call_id=call_id, run_id="r", kind=kind, question_id=question_id, worker=worker, sample=0, subtask=subtask,
+        response="\\boxed{1}", extracted_answer="1", correct=correct, status="ok", error=None, prompt_tokens=1,
         completion_tokens=1, cost_usd=0.0, latency_s=None, started_at=datetime(2026, 1, 1),
         visible_steps=visible_steps,
     )
@@ -141,6 +144,35 @@ def test_a_pools_training_rows_leave_out_the_other_pools_seats(tmp_path: Path) -
     store.insert("calls", [step_call("p1", "probe", "alpha-7b", 0), step_call("p2", "probe", "gpt-4o-mini", 0)])
     assert sorted(load_training_frame(store)["worker"].to_list()) == ["alpha-7b", "gpt-4o-mini"]
     assert load_training_frame(store, ["alpha-7b", "beta-13b"])["worker"].to_list() == ["alpha-7b"]
+
+
+def test_the_w_a_conductor_reads_is_fitted_on_the_probes_alone(tmp_path: Path) -> None:
+    """Rollout and eval steps are whatever ran in the warehouse before (other seeds, recipes, reruns):
+    the eval's train-split W, which fills '+W' catalogues and routes the W-router, must not move with them."""
+    store = Warehouse(tmp_path / "w.duckdb")
+    questions = synthetic_questions(60, seed=5)
+    seats = [synthetic_seats()[name] for name in list(synthetic_seats())[:2]]
+    store.insert("questions", questions)
+    # The first worker solves the even questions, the second the multiples of three.
+    store.insert("calls", [
+        step_call(f"p-{seat.name}-{q.question_id}", "probe", seat.name, 0, question_id=q.question_id,
+                  correct=i % (2 + k) == 0)
+        for i, q in enumerate(questions) for k, seat in enumerate(seats)
+    ])
+    before = fit_train_split_world_model(store, seats, FAST_WORLD_MODEL).predict_success(questions, seats)
+    # Another seed's training wrote steps on the same questions, every one of them wrong.
+    store.insert("calls", [
+        step_call(f"s-{seat.name}-{q.question_id}", "step", seat.name, 1, question_id=q.question_id,
+                  correct=False, subtask="Check the arithmetic.")
+        for q in questions for seat in seats
+    ])
+    assert set(load_training_frame(store)["source"]) == {"probe", "eval"}
+    assert set(load_training_frame(store, probes_only=True)["source"]) == {"probe"}
+    after = fit_train_split_world_model(store, seats, FAST_WORLD_MODEL).predict_success(questions, seats)
+    np.testing.assert_array_equal(after, before)
+    # The world_model asset's W reads every scored step, so it does move: the steps are not ignored by accident.
+    everything = WorldModel.fit(load_training_frame(store), {seat.name: seat for seat in seats}, FAST_WORLD_MODEL)
+    assert not np.array_equal(everything.predict_success(questions, seats), before)
 
 
 def test_subject_and_level_describe_a_step_shown_earlier_results() -> None:

@@ -258,7 +258,7 @@ def arms_table(arms: Mapping, spread: Mapping, pooled: Sequence[Mapping]) -> lis
     conductors = sorted(arm for arm in arms if arm.startswith("conductor:"))
     trained = next(iter(trained_arms(conductors)), None)
     lines = [
-        "| arm | accuracy (mean [min, max] over seeds) | parsed | the trained conductor against it (pts, 95% CI) "
+        "| arm | accuracy (mean [min, max] over seeds) | parsed | the trained conductor against it (pts, unadjusted 95% CI) "
         "| p (Holm) | verdict | verdicts per seed |",
         "|---|---:|---:|---|---:|---|---|",
     ]
@@ -315,7 +315,8 @@ def render_block(record: Mapping) -> str:
         "",
         f"Verdicts: {POOLED_TEST} ({len(record['pooled'])} comparisons per pool), at 95%; it pools the seeds that "
         f"evaluated both arms ({_seed_list(record['pooled'])}) and the questions every such seed evaluated. Per seed: the "
-        "same test on that seed's questions alone.",
+        "same test on that seed's questions alone. The intervals are not adjusted: one can exclude 0 where the "
+        "adjusted verdict ties.",
         *(f"Seed {m['seed']} trained no {', '.join(m['arms'])}: its zero-variance gate closed, or its training failed "
           "(its gate figure is in the seed's run)." for m in record.get("missing_trained", [])),
         *_twin_lines(record["pooled"]),

@@ -201,7 +201,7 @@ def pooled_markdown(comparisons: Sequence[PooledComparison]) -> str:
     if not comparisons:
         return "No trained arm was evaluated by any seed run."
     rows = [
-        "| arm | against | pooled difference (pts, 95% CI) | p (Holm) | verdict | per seed |",
+        "| arm | against | pooled difference (pts, unadjusted 95% CI) | p (Holm) | verdict | per seed |",
         "|---|---|---|---:|---|---|",
     ]
     for c in comparisons:

@@ -214,8 +214,10 @@ def against_the_record(record: Mapping, arms: Mapping[str, Mapping[str, float]])
             continue
         accuracy = arms[arm]["accuracy"]
         inside = "inside" if spread["min"] <= accuracy <= spread["max"] else "OUTSIDE"
+        # The spread is over the seeds that trained the arm: a seed whose gate closed has no figure.
+        trained = sum(arm in seed.get("arms", {}) for seed in record["seeds"])
         lines.append(
-            f"{arm}: {three_places(accuracy)}, {inside} the recorded {len(record['seeds'])} seeds' "
+            f"{arm}: {three_places(accuracy)}, {inside} the recorded {trained} seeds' "
             f"[{three_places(spread['min'])}, {three_places(spread['max'])}] ({RECORD_PATH.relative_to(PROJECT_ROOT)})"
         )
     return lines

@@ -134,7 +134,10 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
 
 
 def test_a_run_is_checked_against_the_recorded_seeds_spread() -> None:
-    record = {"seeds": [{}, {}, {}], "spread": {TRAINED: {"min": 0.451, "max": 0.484, "mean": 0.466, "std": 0.02}}}
+    # Four seed runs, one of whose gates closed: the spread is over the three that trained the arm.
+    trained_seed = {"arms": {TRAINED: {"accuracy": 0.47, "parsed": 1.0}}}
+    record = {"seeds": [trained_seed, trained_seed, {"arms": {"random": {"accuracy": 0.4, "parsed": 1.0}}}, trained_seed],
+              "spread": {TRAINED: {"min": 0.451, "max": 0.484, "mean": 0.466, "std": 0.02}}}
     inside = against_the_record(record, {TRAINED: {"accuracy": 0.461}, "conductor:hf:warm_start": {"accuracy": 0.3}})
     assert inside == [f"{TRAINED}: 0.461, inside the recorded 3 seeds' [0.451, 0.484] (docs/results/default-run.json)"]
     assert "OUTSIDE" in against_the_record(record, {TRAINED: {"accuracy": 0.50}})[0]

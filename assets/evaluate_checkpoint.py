@@ -34,6 +34,7 @@ import dagster as dg
 
 from assets.definitions import definitions_for
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, run_tags
+from assets.instance import open_instance
 from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
 from assets.metadata import newest_tagged
 from assets.results import UNSEEN_POOL
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"prompted as trained: {prompt}")
     make_reproducible(torch_threads=args.torch_threads)
-    instance = dg.DagsterInstance.get()
+    instance = open_instance()
     tags = run_tags(args.pool) | ({QUICK_EVAL_TAG: "true"} if args.quick else {})
     if checkpoint is None:
         try:

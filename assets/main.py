@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-from filelock import FileLock
 
 from assets.dagster_internals import (
     CachingStaleStatusResolver,
@@ -48,6 +47,7 @@ from assets.dagster_internals import (
 from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs, sigterm_as_ctrl_c
 from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
+from assets.instance import open_instance
 from assets.metadata import latest_metadata
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
 from assets.results import DEFAULT_RECIPE, RECORD_PATH, against_the_record, eval_tables_event, record_from_event
@@ -76,8 +76,6 @@ HEADLINES: list[tuple[str, list[str]]] = [
 CONSOLE_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 # One headless run at a time per artifacts root: two would train into the same checkpoint folder.
 RUN_LOCK_NAME = ".assets-main.lock"
-# Held while a process creates the instance's storage in $DAGSTER_HOME.
-INSTANCE_SETUP_LOCK = ".instance-setup.lock"
 # Exit status of a run stopped by SIGINT/SIGTERM (the shell's 128 + SIGINT).
 INTERRUPTED_EXIT = 130
 
@@ -338,19 +336,6 @@ def main(argv: list[str] | None = None) -> int:
     if report.interrupted:
         return INTERRUPTED_EXIT
     return 1 if report.failed else 0
-
-
-def open_instance() -> dg.DagsterInstance:
-    """This project's Dagster instance ($DAGSTER_HOME), its storage created under a lock in that
-    folder: two processes creating a fresh SQLite instance at the same moment race in Dagster's
-    schema migration, and one of them crashes."""
-    home = os.environ.get("DAGSTER_HOME")
-    if not home:
-        return dg.DagsterInstance.get()
-    with FileLock(str(Path(home) / INSTANCE_SETUP_LOCK)):
-        instance = dg.DagsterInstance.get()
-        instance.get_runs(limit=1)  # creates the storage if it is not there yet
-    return instance
 
 
 def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argparse.Namespace, settings: RunSettings) -> MainRunReport:

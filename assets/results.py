@@ -27,6 +27,7 @@ import dagster as dg
 import polars as pl
 
 from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG
+from assets.instance import open_instance
 from assets.metadata import latest_metadata_of, materializations, newest_tagged
 from conductor_pipeline.evaluation.markdown import fmt_p
 from conductor_pipeline.evaluation.seeds import (
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     pool = default_pool_name()
-    instance = dg.DagsterInstance.get()
+    instance = open_instance()
     record = record_from_instance(instance, pool, {RECIPE_TAG: DEFAULT_RECIPE, SEED_TAG: "0"})
     summary = seeds_summary(instance, pool, DEFAULT_RECIPE)
     record.update({"pool": pool, **{key: summary[key] for key in ("recipe", "seeds", "spread", "pooled", "missing_trained")}})

@@ -23,8 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import dagster as dg
-
+from assets.instance import open_instance
 from assets.results import UNSEEN_POOL, seeds_summary, summary_text
 from conductor_pipeline.files import write_json_atomic
 from conductor_pipeline.paths import artifacts_root
@@ -75,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"seed {seed} stopped with exit status {code}: the seeds after it were not run; rerun to resume")
                 return code
     pools = [args.pool, *([args.unseen_pool] if args.unseen_pool else [])]
-    with dg.DagsterInstance.get() as instance:
+    with open_instance() as instance:
         summaries = {pool: seeds_summary(instance, pool, recipe, args.seeds) for pool in pools}
     for pool, summary in summaries.items():
         out = artifacts_root() / "seeds" / Path(pool).stem / f"{recipe}.json"

@@ -97,7 +97,7 @@ def routing_world_model(
 ) -> tuple[WorldModel, dict[str, object]]:
     """W fitted on the seats' train-split rows (saved beside the pool's all-data W) and its metadata;
     the step fails if it saw an eval-split question or one of the slice's."""
-    model = fit_train_split_world_model(warehouse.get_warehouse(), seats, config.model_settings())
+    model = fit_train_split_world_model(warehouse.get_warehouse(), pool_name, seats, config.model_settings())
     w_ids = sorted(model.training_question_ids)
     on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
     leaked = sorted(set(w_ids) & set(eval_ids))

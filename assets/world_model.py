@@ -86,9 +86,9 @@ def world_model(
     context: dg.AssetExecutionContext, config: WorldModelConfig, warehouse: WarehouseResource, pool: PoolResource
 ) -> dg.MaterializeResult:
     """W(subtask, worker) -> P(success) (+ cost/latency where the telemetry has them), fitted on every
-    scored call of the pool's seats."""
+    scored call of the pool's seats that this pool's runs wrote."""
     pool_config = pool.load()
-    frame = load_training_frame(warehouse.get_warehouse(), pool_config.worker_names)
+    frame = load_training_frame(warehouse.get_warehouse(), pool_config.worker_names, pool=pool_config.name)
     if frame.is_empty():
         raise dg.Failure("no scored probe or step calls in the warehouse: materialize probe_calls first")
     seats = {seat.name: seat for seat in pool_config.workers}
@@ -124,7 +124,7 @@ def world_model_report(
 ) -> dg.MaterializeResult:
     """W vs per-worker marginal baselines out of sample, and the W-router on the pool's held-out questions."""
     pool_config = pool.load()
-    frame = load_training_frame(warehouse.get_warehouse(), pool_config.worker_names)
+    frame = load_training_frame(warehouse.get_warehouse(), pool_config.worker_names, pool=pool_config.name)
     seats = {seat.name: seat for seat in pool_config.workers}
     try:
         full_model = load_world_model(world_model_path(warehouse, pool_config.name))

@@ -2,7 +2,9 @@
 -- A call without a subtask text (a probe of the whole question) is a whole-question call;
 -- `visible_steps` is how many earlier step results it saw. `source` says where the row comes from:
 -- 'probe' (probe_calls), 'rollout' (a step of a training rollout: its workflow carries a training
--- phase) or 'eval' (a step of an evaluation workflow).
+-- phase) or 'eval' (a step of an evaluation workflow). Parameters: $pool, the pool whose runs wrote
+-- the rows (NULL: every pool's). Pools that seat the same worker each probe it: read across pools,
+-- its rows would count once per pool probed before.
 SELECT
     c.question_id,
     c.worker,
@@ -23,4 +25,5 @@ JOIN questions AS q USING (question_id)
 LEFT JOIN workflows AS w ON w.workflow_id = c.workflow_id
 WHERE c.kind IN ('probe', 'step')
   AND c.correct IS NOT NULL
+  AND ($pool IS NULL OR c.pool = $pool)
 ORDER BY c.question_id, c.worker, c.sample, c.call_id;

@@ -211,7 +211,9 @@ def build_training_set(
     questions = contested_questions(store, read_contested_manifest(contested_dir, pool_config.name))
     anchors = routing_anchors(train_pass_rates(store, pool_config)) if contested_subpools else {}
     shown = (
-        out_of_fold_prompt_success(load_training_frame(store, probes_only=True), questions, pool_config.workers)
+        out_of_fold_prompt_success(
+            load_training_frame(store, pool=pool_config.name, probes_only=True), questions, pool_config.workers
+        )
         if show_predicted_success else None
     )
     if prune_with is None:

@@ -61,17 +61,21 @@ def rows_by_source(frame: pl.DataFrame) -> dict[str, int]:
 
 
 def load_training_frame(
-    warehouse: Warehouse, workers: Collection[str] | None = None, *, probes_only: bool = False
+    warehouse: Warehouse, workers: Collection[str] | None = None, *, pool: str | None = None, probes_only: bool = False
 ) -> pl.DataFrame:
     """Every scored probe and workflow-step call, joined to its question (sql/world_model_training_rows.sql);
     with `workers`, only theirs. A pool's own W reads its seats' rows only: the warehouse also holds
     other pools' probes, test models' among them, which nothing a conductor trains on may learn from.
 
+    With `pool`, only the rows that pool's runs wrote. Every pool that seats a worker probes it, so
+    across pools a worker's rows would count once per pool probed before this one, and a W would
+    depend on which pools the warehouse had seen.
+
     `probes_only` keeps the probe rows: the rows every W whose numbers a conductor reads is fitted on.
     Rollout and eval steps are whatever runs wrote to the warehouse before (other seeds, recipes,
     reruns), so a W fitted on them would make one seed's prompts depend on the seeds run before it.
     """
-    frame = normalize_training_frame(warehouse.query(load_sql("world_model_training_rows")))
+    frame = normalize_training_frame(warehouse.query(load_sql("world_model_training_rows"), {"pool": pool}))
     if probes_only:
         frame = frame.filter(pl.col("source") == "probe")
     return frame if workers is None else frame.filter(pl.col("worker").is_in(list(workers)))

@@ -320,9 +320,9 @@ def fit_on_train_split(
 
 
 def fit_train_split_world_model(
-    store: Warehouse, seats: Sequence[WorkerSeat], settings: WorldModelSettings | None = None
+    store: Warehouse, pool: str, seats: Sequence[WorkerSeat], settings: WorldModelSettings | None = None
 ) -> WorldModel:
-    """`fit_on_train_split` on the warehouse's probe rows for these seats (the eval run's W: it routes
+    """`fit_on_train_split` on the pool's probe rows for these seats (the eval run's W: it routes
     the W-router and fills '+W' prompts, so it reads what the training prompts' W reads)."""
-    frame = load_training_frame(store, probes_only=True)
+    frame = load_training_frame(store, pool=pool, probes_only=True)
     return fit_on_train_split(frame, {seat.name: seat for seat in seats}, settings)

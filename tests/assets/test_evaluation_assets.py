@@ -130,7 +130,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     seats = [s for s in load_pool(POOL).workers if s.name in routing.workers]
     by_id = {q.question_id: q for q in load_math_full()}
     refitted = RoutingPredictions.from_model(
-        fit_train_split_world_model(Warehouse(warehouse_path), seats, WorldModelFitConfig(num_threads=1).model_settings()),
+        fit_train_split_world_model(Warehouse(warehouse_path), POOL, seats, WorldModelFitConfig(num_threads=1).model_settings()),
         seats, [by_id[qid] for qid in routing.question_ids], "gpt-4o",
     )
     assert refitted.fingerprint() == routing.fingerprint()

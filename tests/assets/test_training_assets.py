@@ -332,16 +332,17 @@ def test_gpu_profile_builds_the_paper_configuration(tmp_path):
 
 
 def test_world_model_pruning_drops_predicted_flat_questions_and_audits_the_skip(gsm8k, tmp_path, tiny_model):
-    """W learns from another pool's telemetry that everyone solves half the questions; the trainer
-    option drops those from the probe's GRPO set and samples them anyway to audit the skip."""
+    """W learns from the pool's evaluation steps (which the world_model asset reads, and the pass rates
+    do not) that everyone solves half the questions; the trainer option drops those from the probe's
+    GRPO set and samples them anyway to audit the skip."""
     from assets.world_model import world_model
 
     train, _ = gsm8k
     database = _warehouse(tmp_path, train, weak_correct=False)  # every question contested in POOL
     believed_easy = train[: N_TRAIN // 2]
     Warehouse(database).insert("calls", [
-        {"call_id": f"other|{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "probe", "question_id": q.question_id,
-         "worker": w, "sample": s, "correct": True, "status": "ok", "pool": "other-pool"}
+        {"call_id": f"eval|{q.question_id}|{w}|{s}", "run_id": "fixture", "kind": "step", "question_id": q.question_id,
+         "worker": w, "sample": s, "correct": True, "status": "ok", "pool": POOL, "visible_steps": 0}
         for q in believed_easy for w in WORKERS for s in range(40)
     ])
     resources = _resources(database, tmp_path, tiny_model, sft_warm_start=False, reward_variant="strict",

@@ -17,7 +17,7 @@ from conductor_pipeline.world_model.aggregator_steps import evaluate_aggregator_
 from conductor_pipeline.world_model.cross_validation import EvaluationSettings
 from conductor_pipeline.world_model.data import load_training_frame
 from conductor_pipeline.world_model.features import build_features
-from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
+from conductor_pipeline.world_model.model import WorldModel, fit_on_train_split, fit_train_split_world_model
 from conductor_pipeline.world_model.prompts_and_pruning import (
     predicted_success_for_prompt,
     prompt_predictor,
@@ -110,13 +110,13 @@ def test_w_hooks_give_no_number_for_a_seat_that_cannot_answer_alone() -> None:
 
 def step_call(
     call_id: str, kind: str, worker: str, visible_steps: int, *, question_id: str = "q0", correct: bool = True,
-    subtask: str | None = None,
+    subtask: str | None = None, pool: str = "pool-a",
 ) -> CallRecord:
     return CallRecord(
         call_id=call_id, run_id="r", kind=kind, question_id=question_id, worker=worker, sample=0, subtask=subtask,
         response="\\boxed{1}", extracted_answer="1", correct=correct, status="ok", error=None, prompt_tokens=1,
         completion_tokens=1, cost_usd=0.0, latency_s=None, started_at=datetime(2026, 1, 1),
-        visible_steps=visible_steps,
+        visible_steps=visible_steps, pool=pool,
     )
 
 
@@ -159,7 +159,7 @@ def test_the_w_a_conductor_reads_is_fitted_on_the_probes_alone(tmp_path: Path) -
                   correct=i % (2 + k) == 0)
         for i, q in enumerate(questions) for k, seat in enumerate(seats)
     ])
-    before = fit_train_split_world_model(store, seats, FAST_WORLD_MODEL).predict_success(questions, seats)
+    before = fit_train_split_world_model(store, "pool-a", seats, FAST_WORLD_MODEL).predict_success(questions, seats)
     # Another seed's training wrote steps on the same questions, every one of them wrong.
     store.insert("calls", [
         step_call(f"s-{seat.name}-{q.question_id}", "step", seat.name, 1, question_id=q.question_id,
@@ -168,11 +168,37 @@ def test_the_w_a_conductor_reads_is_fitted_on_the_probes_alone(tmp_path: Path) -
     ])
     assert set(load_training_frame(store)["source"]) == {"probe", "eval"}
     assert set(load_training_frame(store, probes_only=True)["source"]) == {"probe"}
-    after = fit_train_split_world_model(store, seats, FAST_WORLD_MODEL).predict_success(questions, seats)
+    after = fit_train_split_world_model(store, "pool-a", seats, FAST_WORLD_MODEL).predict_success(questions, seats)
     np.testing.assert_array_equal(after, before)
     # The world_model asset's W reads every scored step, so it does move: the steps are not ignored by accident.
     everything = WorldModel.fit(load_training_frame(store), {seat.name: seat for seat in seats}, FAST_WORLD_MODEL)
     assert not np.array_equal(everything.predict_success(questions, seats), before)
+
+
+def test_a_pools_w_reads_its_own_probes_once_whatever_other_pools_probed(tmp_path: Path) -> None:
+    """Two pool files that seat the same worker each probe it: the second pool's W must be the W of a
+    warehouse that never saw the first, not one fitted on its rows twice."""
+    store = Warehouse(tmp_path / "w.duckdb")
+    questions = synthetic_questions(60, seed=7)
+    seats = [synthetic_seats()[name] for name in list(synthetic_seats())[:2]]
+    store.insert("questions", questions)
+
+    def probes(pool: str, correct_when: int) -> list[CallRecord]:
+        return [
+            step_call(f"{pool}-{seat.name}-{q.question_id}", "probe", seat.name, 0, question_id=q.question_id,
+                      correct=i % (2 + k + correct_when) == 0, pool=pool)
+            for i, q in enumerate(questions) for k, seat in enumerate(seats)
+        ]
+
+    store.insert("calls", probes("pool-a", 0))
+    alone = fit_train_split_world_model(store, "pool-a", seats, FAST_WORLD_MODEL).predict_success(questions, seats)
+    store.insert("calls", probes("pool-b", 1))  # another pool file, the same workers, other outcomes
+    assert len(load_training_frame(store, pool="pool-a")) == len(load_training_frame(store)) // 2
+    after = fit_train_split_world_model(store, "pool-a", seats, FAST_WORLD_MODEL).predict_success(questions, seats)
+    np.testing.assert_array_equal(after, alone)
+    # Read across pools, the same worker's rows are pooled: the W moves, so the filter is what holds it.
+    across = fit_on_train_split(load_training_frame(store, probes_only=True), {s.name: s for s in seats}, FAST_WORLD_MODEL)
+    assert not np.array_equal(across.predict_success(questions, seats), alone)
 
 
 def test_subject_and_level_describe_a_step_shown_earlier_results() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def test_without_dagster_home_the_entry_points_use_the_projects_instance_as_make
         assert Path(instance.root_directory) == home
         assert (home / "dagster.yaml").read_text() == project_instance.INSTANCE_SETTINGS.read_text()
     assert said == [f"DAGSTER_HOME is not set: using {home}, as make does"]
-    assert project_instance.os.environ["DAGSTER_HOME"] == str(home)  # the runs' processes open the same one
+    assert os.environ["DAGSTER_HOME"] == str(home)  # the runs' processes open the same one
 
 
 def test_a_set_dagster_home_is_used_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

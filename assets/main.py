@@ -48,7 +48,7 @@ from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs, sigt
 from assets.definitions import MAIN_JOBS, definitions_for
 from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
 from assets.instance import open_instance
-from assets.metadata import latest_metadata
+from assets.metadata import newest_tagged
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
 from assets.results import DEFAULT_RECIPE, RECORD_PATH, against_the_record, eval_tables_event, record_from_event
 from assets.run_settings import RunSettings, RunSettingsError, load_run_settings
@@ -72,6 +72,8 @@ HEADLINES: list[tuple[str, list[str]]] = [
      ["conductor_vs_best_single", "verdicts", "conductor_pairs", "order_invariance", "steps_by_position", "arm_table",
       "cost_story", "routing_value", "decomposition"]),
 ]
+# The headline assets that hold the same rows whatever the pool.
+POOL_FREE_HEADLINES = frozenset({"questions"})
 # INFO, not DEBUG: progress lines and failures, without every engine event.
 CONSOLE_INFO = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 # One headless run at a time per artifacts root: two would train into the same checkpoint folder.
@@ -353,7 +355,7 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
                            run_config=settings_run_config(settings))
     if report.interrupted:
         return report
-    print_headlines(instance)
+    print_headlines(instance, args.pool)
     if args.pool == default_pool_name() and tags[RECIPE_TAG] == DEFAULT_RECIPE:
         print_against_the_record(instance, args.pool, tags)
     fresh = [name for plan in report.plans for name in plan.fresh]
@@ -401,12 +403,19 @@ def is_blocking_check_failure(error) -> bool:
     return False
 
 
-def print_headlines(instance: dg.DagsterInstance, assets: Sequence[str] | None = None) -> None:
-    """The headline entries of each asset's latest materialization (of `assets` only, when given)."""
+def print_headlines(instance: dg.DagsterInstance, pool: str, assets: Sequence[str] | None = None) -> None:
+    """The headline entries of each asset's latest materialization for `pool` (of `assets` only, when
+    given). The asset keys are the same for every pool, so an instance that ran other pools holds
+    their materializations too; a run without a pool tag (the UI's ad-hoc materializations) counts
+    as this pool's. The corpora are every pool's."""
+    def other_pool(tags: Mapping[str, str]) -> bool:
+        return tags.get("pool", pool) != pool
+
     for asset, entries in HEADLINES:
         if assets is not None and asset not in assets:
             continue
-        metadata = latest_metadata(instance, asset) or {}
+        found = newest_tagged(instance, asset, {}, skip=None if asset in POOL_FREE_HEADLINES else other_pool)
+        metadata = {} if found is None else found[1].asset_materialization.metadata
         shown = [(name, metadata[name].value) for name in entries if name in metadata]
         if shown:
             print(f"\n### {asset}")

@@ -45,11 +45,34 @@ def eval_candidates(
     """The questions a slice may draw from, and whether they were restricted: with `only_recorded`,
     to what every replay seat recorded (when every worker is a replay seat)."""
     questions = population(store, corpus=corpus, splits=splits, math_levels=math_levels)
-    recorded = [w for w in workers.values() if isinstance(w, RecordedWorker)]
+    recorded = {name: w for name, w in workers.items() if isinstance(w, RecordedWorker)}
     if only_recorded and recorded and len(recorded) == len(workers):
-        covered = frozenset.intersection(*(frozenset(w.question_ids) for w in recorded))
-        return [q for q in questions if q.question_id in covered], True
+        ids = {name: frozenset(w.question_ids) for name, w in recorded.items()}
+        covered = frozenset.intersection(*ids.values())
+        candidates = [q for q in questions if q.question_id in covered]
+        if questions and not candidates:
+            raise UnrecordedSliceError(_uncovered_message(questions, ids, corpus, splits, math_levels))
+        return candidates, True
     return questions, False
+
+
+class UnrecordedSliceError(ValueError):
+    """No question of the eval's population was recorded by every replay seat of the pool."""
+
+
+def _uncovered_message(
+    questions: Sequence[Question], ids: Mapping[str, frozenset[str]], corpus: str, splits: Sequence[str],
+    math_levels: Sequence[int],
+) -> str:
+    """Which seats leave the slice empty: each seat's recorded share of the population, fewest first."""
+    where = f"{corpus} (splits {list(splits)}" + (f", levels {list(math_levels)})" if corpus == "math" else ")")
+    counts = {name: sum(q.question_id in recorded for q in questions) for name, recorded in ids.items()}
+    none = [name for name, n in counts.items() if n == 0]
+    shares = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda item: (item[1], item[0])))
+    fix = (f"{', '.join(none)} recorded none of them: drop them from the pool file or evaluate another corpus"
+           if none else "their recordings do not overlap: seat other workers or evaluate another corpus")
+    return (f"no question of {where} was recorded by every replay seat; of its {len(questions)} questions "
+            f"each seat recorded {shares}. {fix} (eval_arms config `corpus`)")
 
 
 def training_question_ids(store: Warehouse, contested_manifest: str | Path | None = None) -> list[str]:

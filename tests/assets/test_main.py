@@ -121,7 +121,7 @@ def assert_every_headline_is_published(instance: dg.DagsterInstance) -> None:
         assert not missing, f"{asset} publishes no {missing} (it publishes {sorted(metadata)})"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        print_headlines(instance)
+        print_headlines(instance, POOL)
     for asset, entries in HEADLINES:
         assert f"### {asset}\n" in printed.getvalue()
         for entry in entries:
@@ -259,3 +259,31 @@ def test_a_seed_is_a_trainer_setting_and_a_recipe_is_the_profile_and_the_setting
     assert RunSettings().recipe("cpu") == "cpu"
     defs = build_definitions(POOL, reseeded)
     assert defs.resources["trainer"].seed == 3
+
+
+def test_the_headlines_are_the_pools_own_and_a_run_without_a_pool_tag_counts_for_any_pool() -> None:
+    """An instance that evaluated other pool files holds their eval tables under the same asset key."""
+
+    def materialize(asset: str, text: str, tags: dict[str, str]) -> None:
+        @dg.asset(name=asset)
+        def headline() -> dg.MaterializeResult:
+            return dg.MaterializeResult(metadata={"conductor_vs_best_single": text, "total_rows": text})
+
+        assert dg.materialize([headline], instance=instance, tags=tags).success
+
+    def printed(pool: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            print_headlines(instance, pool)
+        return out.getvalue()
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        materialize("eval_tables", "default pool's", {"pool": POOL})
+        materialize("eval_tables", "test pool's", {"pool": "replay-test-four"})
+        materialize("questions", "every pool's", {"pool": "replay-test-four"})
+        assert "default pool's" in printed(POOL) and "test pool's" not in printed(POOL)
+        assert "every pool's" in printed(POOL)
+        assert "test pool's" in printed("replay-test-four")
+        assert "eval_tables" not in printed("replay-test-six")
+        materialize("eval_tables", "the UI's", {})
+        assert "the UI's" in printed(POOL) and "the UI's" in printed("replay-test-six")

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from conductor_pipeline.conductor.orchestrator import Orchestrator
+from conductor_pipeline.corpora.loaders import load_gsm8k, load_math_full
 from conductor_pipeline.conductor.protocols import PolicyError, PolicyOutput
 from conductor_pipeline.evaluation.arms import ConductorArm, OracleArm, RouterArm, SoloArm, run_arm
 from conductor_pipeline.evaluation.frames import (
@@ -31,12 +32,20 @@ from conductor_pipeline.evaluation.routers import (
     choose_best_single,
     solo_verdicts,
 )
-from conductor_pipeline.evaluation.slices import assert_no_leak, eval_slice, find_leaks
-from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
+from conductor_pipeline.evaluation.slices import (
+    UnrecordedSliceError,
+    assert_no_leak,
+    eval_candidates,
+    eval_slice,
+    find_leaks,
+)
+from conductor_pipeline.pools.backends.registry import build_workers
+from conductor_pipeline.pools.config import PoolConfig, WorkerSeat, load_pool
 from conductor_pipeline.pools.governor import Governor
 from conductor_pipeline.records import CallRequest, CallResult, CallStatus, Question
 from conductor_pipeline.splits import SplitLeakError, split_fingerprint, split_of
 from conductor_pipeline.warehouse import Warehouse
+from tests.shared_data import require_shared_data
 
 IDS = [f"test/algebra/{i}.json" for i in range(400)]
 EVAL_IDS = [q for q in IDS if split_of(q) == "eval"]
@@ -52,6 +61,30 @@ def test_eval_slice_takes_the_first_eval_split_ids_in_id_order_and_records_the_s
     assert small.size == 10 and small.planned_size == 400
     hashed = eval_slice(IDS, size=30, order="hashed")
     assert set(hashed.question_ids) <= set(EVAL_IDS) and hashed.question_ids != chosen.question_ids
+
+
+def test_a_replay_pool_whose_seats_share_no_recorded_question_of_the_corpus_is_refused_naming_the_seats(
+    tmp_path, monkeypatch
+):
+    """Seats recorded on other corpora leave a replay pool's slice empty: the eval stops there,
+    naming them, not later at the best single's calibration."""
+    require_shared_data(monkeypatch, tmp_path / "cache", "zeroeval_outputs", "gsm8k_test", "math_full")
+    store = Warehouse(tmp_path / "w.duckdb")
+    store.insert("questions", [*load_gsm8k("test"), *load_math_full()])
+    zoo = {seat.name: seat for seat in load_pool("replay-zeroeval-all").workers}
+    math_only, gsm8k_only = zoo["qwen2.5-72b"], zoo["command-r-plus"]  # as ZeroEval recorded them
+
+    def candidates(*seats: WorkerSeat, corpus: str = "math"):
+        pool = PoolConfig(name="uncovered", workers=list(seats))
+        return eval_candidates(store, build_workers(pool), corpus=corpus, splits=["test"], math_levels=[5])
+
+    covered, restricted = candidates(math_only, zoo["gpt-4o"])
+    assert restricted and len(covered) == 721
+    with pytest.raises(UnrecordedSliceError, match=r"command-r-plus recorded none of them") as refused:
+        candidates(math_only, gsm8k_only, zoo["gpt-4o"])
+    assert "of its 1324 questions each seat recorded command-r-plus 0, gpt-4o 721, qwen2.5-72b 721" in str(refused.value)
+    with pytest.raises(UnrecordedSliceError, match=r"qwen2.5-72b recorded none of them"):
+        candidates(math_only, gsm8k_only, corpus="gsm8k")
 
 
 def test_leak_check_names_training_calibration_and_train_split_ids():

@@ -9,10 +9,11 @@ conductor on a pool of test models (`assets.evaluate_checkpoint --trained`, `--u
 `seed` and `recipe` (the trainer profile and the settings file's name) and show in the UI like any
 other run; each seed keeps its own warm start and checkpoints, so a killed seed resumes on the
 next call and a finished one trains nothing again (the seeds share asset keys, so its training
-assets, whose latest materialization is another seed's, re-materialize from its saved files). Then the latest evaluation of every seed of the
-recipe on the pool is read back (its per-question scores from the eval tables) and every trained
-arm is compared with its references pooled over the seeds (`conductor_pipeline.evaluation.seeds`:
-a two-way bootstrap over seeds and questions, Holm-adjusted), on each pool. The summaries go to the
+assets, whose latest materialization is another seed's, re-materialize from its saved files).
+Then the latest evaluation of every seed of the recipe on the pool is read back (its per-question
+scores from the eval tables) and every trained arm is compared with its references pooled over the
+seeds (`conductor_pipeline.evaluation.seeds`: a two-way bootstrap over seeds and questions,
+Holm-adjusted), on each pool. The summaries go to the
 console and to `<artifacts>/seeds/<pool>/<recipe>.json`.
 """
 

@@ -172,9 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         definitions_for(args.pool), instance, checkpoint, tags=tags, slice_size=args.slice_size, quick=args.quick,
         op_config={"eval_arms": {"checkpoint_temperature": args.temperature}} if args.temperature is not None else None,
     )
-    if report.failed:  # the tables in the instance are another run's
+    # A failed step or a closed gate leaves no eval tables of this run: those in the instance are another run's.
+    if report.failed:
         print(f"\nFAILED steps: {', '.join(report.failed)}")
         return 1
+    if report.gated:
+        print(f"\nBlocking checks stopped the eval ({', '.join(report.gated)}): no eval tables for this checkpoint")
+        return 0
     print_headlines(instance, args.pool, assets=EVAL_HEADLINES)
     return 0
 

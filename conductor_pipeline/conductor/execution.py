@@ -2,8 +2,8 @@
 
 What the orchestrator (`conductor.orchestrator`) and its recursive steps (`conductor.recursion`)
 share: each executed step's outcome, what every row of a top-level workflow carries (its lineage),
-the running totals of an execution, how the final answer is graded, and the `calls` rows of worker
-steps and conductor replies.
+the running totals of an execution, what a step is shown, when an agreeing vote seat ends the
+spending, how the final answer is graded, and the `calls` rows of worker steps and conductor replies.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from typing import NamedTuple
 from conductor_pipeline.conductor.protocols import PolicyOutput
 from conductor_pipeline.grading import Grade, grade
 from conductor_pipeline.pools.backends.base import RecordedWorker, Worker
-from conductor_pipeline.records import CallRecord, CallResult, CallStatus, Question, RolloutTag, stable_id
+from conductor_pipeline.pools.backends.vote import tally_votes
+from conductor_pipeline.records import CallRecord, CallResult, CallStatus, ChatMessage, Question, RolloutTag, stable_id
 from conductor_pipeline.workflow import Step, Workflow
 
 # Statuses that make a workflow an infrastructure failure instead of an answer.
 INFRA_STATUSES = frozenset({CallStatus.TRANSIENT, CallStatus.NOT_RECORDED})
 # Parse code of a workflow whose conductor never answered (policy down after retries).
 NOT_RUN = "not_run"
+# How the original question is shown with a subtask when `include_question` is on.
+QUESTION_AND_SUBTASK_TEMPLATE = "Original question:\n{question}\n\nYour task:\n{subtask}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,42 @@ class Execution:
     def outcome_of(self, index: int) -> StepOutcome | None:
         """What step `index` produced (None: it has not run, or an agreeing vote skipped it)."""
         return next((outcome for outcome in self.outcomes if outcome.index == index), None)
+
+    def seen_by(self, step: Step) -> list[StepOutcome]:
+        """The earlier steps `step` sees that ran (an agreeing vote's skipped steps are not shown)."""
+        return [outcome for outcome in map(self.outcome_of, step.sees) if outcome is not None]
+
+
+def step_messages(
+    question: Question, seen: Sequence[StepOutcome], step: Step, *, include_question: bool
+) -> tuple[ChatMessage, ...]:
+    """The `seen` steps as (user: subtask, assistant: response) turns, then this subtask."""
+    messages: list[ChatMessage] = []
+    for earlier in seen:
+        messages.append(ChatMessage("user", earlier.subtask))
+        messages.append(ChatMessage("assistant", earlier.response or ""))
+    content = step.subtask
+    # A solo arm's subtask *is* the question: showing it twice would change the prompt.
+    if include_question and step.subtask.strip() != question.problem.strip():
+        content = QUESTION_AND_SUBTASK_TEMPLATE.format(question=question.problem, subtask=step.subtask)
+    messages.append(ChatMessage("user", content))
+    return tuple(messages)
+
+
+def agreement_steps(workflow: Workflow, quorum: int | None) -> tuple[int, ...] | None:
+    """The steps whose agreement ends a workflow early: the first `quorum` steps its last step sees
+    (the last step's seat's `stop_when_first_agree`), when some step between them and that vote
+    is left to skip (None otherwise)."""
+    first = tuple(sorted(workflow.steps[-1].sees))[:quorum] if quorum else ()
+    if not quorum or len(first) < quorum or first[-1] >= len(workflow.steps) - 2:
+        return None
+    return first
+
+
+def all_agree(responses: Sequence[str | None]) -> bool:
+    """Whether every response states an answer and all are one answer, as the vote groups them."""
+    tally = tally_votes(responses)
+    return tally.answer is not None and tally.votes == len(responses)
 
 
 def add_latency(total: float | None, more: float | None) -> float | None:

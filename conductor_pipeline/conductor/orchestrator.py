@@ -34,11 +34,14 @@ from conductor_pipeline.conductor.execution import (
     Lineage,
     StepOutcome,
     add_latency,
+    agreement_steps,
+    all_agree,
     conductor_call_record,
     grade_final,
     rollout_fields,
     sample_for,
     step_call_record,
+    step_messages,
     workflow_key,
 )
 from conductor_pipeline.conductor.prompt import (
@@ -50,7 +53,6 @@ from conductor_pipeline.conductor.protocols import ConductorPolicy, PolicyOutput
 from conductor_pipeline.conductor.recursion import DEFAULT_MAX_DEPTH, RecursiveSteps
 from conductor_pipeline.grading import grade
 from conductor_pipeline.pools.backends.base import Worker
-from conductor_pipeline.pools.backends.vote import tally_votes
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor, estimate_call_tokens
 from conductor_pipeline.records import (
@@ -70,14 +72,6 @@ from conductor_pipeline.workflow import DEFAULT_MAX_STEPS, PARSE_OK, Step, Workf
 # Rows are buffered and written in batches: one warehouse transaction per workflow would hold
 # the inter-process lock thousands of times per evaluation.
 DEFAULT_FLUSH_EVERY_ROWS = 2000
-# How the original question is shown with a subtask when `include_question` is on.
-QUESTION_AND_SUBTASK_TEMPLATE = "Original question:\n{question}\n\nYour task:\n{subtask}"
-
-
-def _all_agree(responses: Sequence[str | None]) -> bool:
-    """Whether every response states an answer and all are one answer, as the vote groups them."""
-    tally = tally_votes(responses)
-    return tally.answer is not None and tally.votes == len(responses)
 
 
 class RowWriter(Protocol):
@@ -353,12 +347,12 @@ class Orchestrator(RecursiveSteps):
         workflow it belongs to (a nested one's own id at depth > 0). `stop_after` (see `execute`)
         may end the run before the last step."""
         state = Execution()
-        agreement = self._agreement_rule(workflow)
+        agreement = agreement_steps(workflow, self.pool.seat(workflow.steps[-1].worker).stop_when_first_agree)
         for index, step in enumerate(workflow.steps):
             if index in state.skipped:
                 continue
-            seen = self._seen(state, step)
-            messages = self._step_messages(question, seen, step)
+            seen = state.seen_by(step)
+            messages = step_messages(question, seen, step, include_question=self.include_question)
             seat = self.pool.seat(step.worker)
             if seat.is_conductor:
                 result = await self._recurse(
@@ -393,7 +387,7 @@ class Orchestrator(RecursiveSteps):
                 state.infra_failure = True
                 break
             if agreement is not None and index == agreement[-1] and await asyncio.to_thread(
-                _all_agree, [outcome.response for outcome in map(state.outcome_of, agreement) if outcome]
+                all_agree, [outcome.response for outcome in map(state.outcome_of, agreement) if outcome]
             ):
                 state.skipped = frozenset(range(index + 1, len(workflow.steps) - 1))
             more_to_run = index < len(workflow.steps) - 1
@@ -403,37 +397,6 @@ class Orchestrator(RecursiveSteps):
         if lineage.record:
             await self._maybe_flush()
         return state
-
-    def _agreement_rule(self, workflow: Workflow) -> tuple[int, ...] | None:
-        """The steps whose agreement ends a workflow early: the first `stop_when_first_agree` steps
-        its last step sees, when that step is a vote seat with the rule and some step between them
-        and the vote is left to skip (None otherwise)."""
-        last = workflow.steps[-1]
-        quorum = self.pool.seat(last.worker).stop_when_first_agree
-        first = tuple(sorted(last.sees))[:quorum] if quorum else ()
-        if not quorum or len(first) < quorum or first[-1] >= len(workflow.steps) - 2:
-            return None
-        return first
-
-    @staticmethod
-    def _seen(state: Execution, step: Step) -> list[StepOutcome]:
-        """The earlier steps `step` sees that ran (an agreeing vote's skipped steps are not shown)."""
-        return [outcome for outcome in map(state.outcome_of, step.sees) if outcome is not None]
-
-    def _step_messages(
-        self, question: Question, seen: Sequence[StepOutcome], step: Step
-    ) -> tuple[ChatMessage, ...]:
-        """The `seen` steps as (user: subtask, assistant: response) turns, then this subtask."""
-        messages: list[ChatMessage] = []
-        for earlier in seen:
-            messages.append(ChatMessage("user", earlier.subtask))
-            messages.append(ChatMessage("assistant", earlier.response or ""))
-        content = step.subtask
-        # A solo arm's subtask *is* the question: showing it twice would change the prompt.
-        if self.include_question and step.subtask.strip() != question.problem.strip():
-            content = QUESTION_AND_SUBTASK_TEMPLATE.format(question=question.problem, subtask=step.subtask)
-        messages.append(ChatMessage("user", content))
-        return tuple(messages)
 
     async def _call_worker(
         self,
@@ -455,7 +418,6 @@ class Orchestrator(RecursiveSteps):
             if result.prompt_tokens is not None or result.completion_tokens is not None:
                 lease.report_tokens((result.prompt_tokens or 0) + (result.completion_tokens or 0))
         return result
-
 
     def catalogue(self) -> list[CatalogueEntry]:
         """The pool's seats (real names, descriptions); the prompt builders apply the naming."""

@@ -22,8 +22,8 @@ Rules:
   the conductor's mistake and must cost it the reward.
 
 A vote seat with `stop_when_first_agree` is the same vote; the orchestrator, which runs the steps,
-skips the ones not yet run when the first answers it sees agree (`Orchestrator._agreement_rule`), and
-the vote then counts what ran.
+skips the ones not yet run when the first answers it sees agree (`conductor.execution.agreement_steps`),
+and the vote then counts what ran.
 
 It records no tokens (no model read or wrote any), costs nothing and reports no latency: its own
 time is negligible next to any model call, and a figure here would give replay workflows, which

@@ -52,7 +52,13 @@ from conductor_pipeline.conductor.prompt import PromptSpec, read_trained_prompt
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.comparisons import PairedSettings, comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
-from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup, train_split_cascades
+from conductor_pipeline.evaluation.lineup import (
+    conductor_twins,
+    eval_lineup,
+    eval_run_id,
+    run_lineup,
+    train_split_cascades,
+)
 from conductor_pipeline.evaluation.routers import choose_best_single
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.slices import (
@@ -290,6 +296,11 @@ def eval_arms(
         )
     )
     recorded = {name: w for name, w in workers.items() if isinstance(w, RecordedWorker)}
+    twins = conductor_twins(
+        {key: arm.name for key, arm in conductor_arms.items()},
+        trained=labels.get(checkpoint.path) if checkpoint is not None else None,
+        warm_start=labels.get(warm_start.path) if warm_start is not None else None,
+    )
     summary = EvalRunSummary(
         run_id=run_id, corpus=config.corpus, slice_ids=chosen.question_ids, planned_size=config.slice_size,
         split_fingerprint=chosen.split_fingerprint, repeats=config.repeats, arms=tuple(arm_names),
@@ -303,18 +314,8 @@ def eval_arms(
             "world_model_training_question_ids": tuple(sorted(train_split_w.training_question_ids))
             if train_split_w is not None else (),
             "math_levels": tuple(config.math_levels),
-            # Each trained conductor arm beside the warm-started one it was trained from, and each
-            # pool-order arm beside the same policy with the catalogue shuffled (eval_tables pairs them).
-            "started_from": {
-                arm.name: conductor_arms[(labels[warm_start.path], order)].name
-                for (label, order), arm in conductor_arms.items()
-                if checkpoint is not None and warm_start is not None and label == labels.get(checkpoint.path)
-                and (labels.get(warm_start.path), order) in conductor_arms
-            },
-            "order_twins": {
-                arm.name: conductor_arms[(label, "shuffled")].name
-                for (label, order), arm in conductor_arms.items() if order == "pool" and (label, "shuffled") in conductor_arms
-            },
+            "started_from": twins.started_from,
+            "order_twins": twins.order_twins,
             "replayed": len(recorded) == len(workers),
             "single_recording_workers": tuple(sorted(n for n, w in recorded.items() if w.samples_recorded == 1)),
             "routing_predictions": routing_predictions,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import polars as pl
 
@@ -126,6 +127,33 @@ def vote_arms(ranked: Sequence[str], top_k: Sequence[int]) -> list[VoteArm]:
     arms = [VoteArm("all", tuple(ranked))]
     arms += [VoteArm(f"top{k}", tuple(ranked[:k])) for k in sorted(set(top_k)) if 2 <= k < len(ranked)]
     return arms
+
+
+class ConductorTwins(NamedTuple):
+    """Which conductor arms `eval_tables` pairs: what GRPO changed, and what the catalogue's order does."""
+
+    started_from: dict[str, str]  # a trained arm -> its warm start's arm, in the same catalogue order
+    order_twins: dict[str, str]  # a pool-order arm -> the same policy's arm with the catalogue shuffled
+
+
+def conductor_twins(
+    arm_names: Mapping[tuple[str, str], str], *, trained: str | None, warm_start: str | None
+) -> ConductorTwins:
+    """Pairs of conductor arms keyed `(policy label, catalogue order)` -> arm name, where the
+    order is "pool" or "shuffled": each arm of the `trained` label with the `warm_start` label's
+    arm in the same order (none unless both were evaluated), and each pool-order arm with its
+    shuffled twin."""
+    started_from = {
+        name: arm_names[(warm_start, order)]
+        for (label, order), name in arm_names.items()
+        if trained is not None and label == trained and (warm_start, order) in arm_names
+    }
+    order_twins = {
+        name: arm_names[(label, "shuffled")]
+        for (label, order), name in arm_names.items()
+        if order == "pool" and (label, "shuffled") in arm_names
+    }
+    return ConductorTwins(started_from, order_twins)
 
 
 def eval_run_id(

@@ -23,7 +23,7 @@ from conductor_pipeline.evaluation.frames import (
     running_gap,
     worker_usage,
 )
-from conductor_pipeline.evaluation.lineup import eval_lineup, eval_run_id, run_lineup
+from conductor_pipeline.evaluation.lineup import conductor_twins, eval_lineup, eval_run_id, run_lineup
 from conductor_pipeline.evaluation.routers import (
     BestSingleRouter,
     CalibrationError,
@@ -409,6 +409,29 @@ def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():
         random_seed=0, w_router_lambda_cost=0.0,
     )
     assert run_id == "eval-2ce01ab061dc08a41fb64224"
+
+
+def test_conductor_twins_pair_a_trained_arm_with_its_warm_start_and_each_pool_order_arm_with_its_shuffle():
+    arms = {
+        ("trained", "pool"): "conductor:trained", ("trained", "shuffled"): "conductor:trained@shuffled",
+        ("warm", "pool"): "conductor:warm", ("warm", "shuffled"): "conductor:warm@shuffled",
+        ("endpoint", "pool"): "conductor:endpoint",
+    }
+    twins = conductor_twins(arms, trained="trained", warm_start="warm")
+    assert twins.started_from == {
+        "conductor:trained": "conductor:warm", "conductor:trained@shuffled": "conductor:warm@shuffled",
+    }
+    assert twins.order_twins == {
+        "conductor:trained": "conductor:trained@shuffled", "conductor:warm": "conductor:warm@shuffled",
+    }
+    # No warm start evaluated (or none trained): nothing to say what GRPO changed.
+    assert conductor_twins(arms, trained="trained", warm_start=None).started_from == {}
+    assert conductor_twins(arms, trained=None, warm_start="warm").started_from == {}
+    # A warm start evaluated in pool order only pairs the pool-order arm alone.
+    pool_only_warm = {key: name for key, name in arms.items() if key != ("warm", "shuffled")}
+    assert conductor_twins(pool_only_warm, trained="trained", warm_start="warm").started_from == {
+        "conductor:trained": "conductor:warm",
+    }
 
 
 def test_run_lineup_runs_every_arm_and_the_oracle_on_the_solo_verdicts(tmp_path):

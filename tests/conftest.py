@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 
 RUN_SLOW_ENV = "RUN_SLOW"
 
-# Under pytest-xdist each worker is one process per core: one OpenMP thread each (torch's intra-op
-# pool, LightGBM) instead of a pool per core in every worker, which oversubscribes the cores. Set
-# before torch or LightGBM load, and inherited by the subprocesses tests start.
+# Under pytest-xdist each worker is one process per core: one OpenMP thread each for torch's intra-op
+# pool instead of a pool per core in every worker, which oversubscribes the cores. Set before torch
+# loads, and inherited by the subprocesses tests start. LightGBM is not held by it: the W's settings
+# pass `num_threads` (2) explicitly, which overrides this (docs/LOG.md, 2026-12-07 seventh).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 

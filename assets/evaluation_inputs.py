@@ -6,8 +6,8 @@ evaluation), the train-split W that routes and fills conductor prompts, and the 
 (No `from __future__ import annotations`: Dagster checks the `context` annotation as a class.)
 """
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -16,12 +16,16 @@ from assets.deployment import RECIPE_TAG, SEED_TAG
 from assets.metadata import latest_metadata, latest_metadata_of, latest_metadata_value
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import PromptSpec
-from conductor_pipeline.evaluation.slices import training_question_ids
-from conductor_pipeline.pools.config import WorkerSeat
+from conductor_pipeline.evaluation.routers import BestSingleChoice
+from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
+from conductor_pipeline.evaluation.slices import DrawnSlice, training_question_ids
+from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
+from conductor_pipeline.records import Question
 from conductor_pipeline.splits import split_of
 from conductor_pipeline.warehouse import Warehouse
 from conductor_pipeline.world_model.model import WorldModel, fit_train_split_world_model
 from conductor_pipeline.world_model.persistence import save_world_model
+from conductor_pipeline.world_model.prompts_and_pruning import prompt_predictor
 from resources.warehouse import WarehouseResource
 
 CHECKPOINT_ASSET = "conductor_checkpoint"
@@ -110,6 +114,32 @@ def routing_world_model(
         "world_model_training_questions": len(w_ids),
         "world_model_training_rows": model.training_summary["rows"],
     }
+
+
+@dataclass(frozen=True)
+class RoutingInputs:
+    """What the train-split W gives an eval run: the model (W-router, W-cascade), the numbers
+    '+W' conductor prompts show, its predictions for the slice (recorded with the run), and the
+    metadata of its fit. Empty when no arm needs a W."""
+
+    model: WorldModel | None = None
+    predictor: Callable[[Question], dict[str, float]] | None = None
+    predictions: RoutingPredictions | None = None
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+def routing_inputs(
+    warehouse: WarehouseResource, pool_config: PoolConfig, seats: Sequence[WorkerSeat], drawn: DrawnSlice,
+    calibration: BestSingleChoice, config: WorldModelFitConfig, log: dg.DagsterLogManager,
+) -> RoutingInputs:
+    """The train-split W (`routing_world_model`) with its prompt numbers and slice predictions."""
+    model, metadata = routing_world_model(
+        warehouse, pool_config.name, seats, config, drawn.slice.question_ids, log
+    )
+    return RoutingInputs(
+        model, prompt_predictor(model, pool_config.workers),
+        RoutingPredictions.from_model(model, seats, drawn.questions, calibration.worker), metadata,
+    )
 
 
 def world_model_routing(instance: dg.DagsterInstance, pool: str) -> Mapping[str, object] | None:

@@ -26,7 +26,7 @@ from conductor_pipeline.evaluation.routers import (
     WorldModelRouter,
     solo_verdicts,
 )
-from conductor_pipeline.evaluation.slices import EVAL_RUN_PREFIX
+from conductor_pipeline.evaluation.slices import EVAL_RUN_PREFIX, SliceSpec
 from conductor_pipeline.pools.backends.base import Worker
 from conductor_pipeline.pools.config import PoolConfig, WorkerSeat
 from conductor_pipeline.pools.governor import Governor
@@ -159,11 +159,7 @@ def conductor_twins(
 def eval_run_id(
     *,
     pool: str,
-    corpus: str,
-    splits: Sequence[str],
-    math_levels: Sequence[int],
-    slice_size: int,
-    order: str,
+    spec: SliceSpec,
     repeats: int,
     split_fingerprint: str,
     include_question: bool,
@@ -178,7 +174,7 @@ def eval_run_id(
     `arm_inputs` fingerprints what the arms are made of beyond their names (the pool's seats,
     the best single worker, the routing world model, each conductor's weights and prompt)."""
     parts: list[object] = [
-        pool, corpus, list(splits), list(math_levels), slice_size, order, repeats, split_fingerprint,
+        pool, spec.corpus, list(spec.splits), list(spec.math_levels), spec.size, spec.order, repeats, split_fingerprint,
         include_question, max_depth, list(arm_names), random_seed, w_router_lambda_cost,
     ]
     return EVAL_RUN_PREFIX + stable_id(*parts, *([arm_inputs] if arm_inputs is not None else []))

@@ -27,31 +27,37 @@ SliceOrder = Literal["question_id", "hashed"]
 # ---------------------------------------------------------------------- the slice and the leak check
 
 
-def population(store: Warehouse, *, corpus: str, splits: Sequence[str], math_levels: Sequence[int]) -> list[Question]:
-    """Every question of the corpus's `splits` at `math_levels`, train and eval side alike: what an
+@dataclass(frozen=True)
+class SliceSpec:
+    """Which questions an evaluation is about and how its slice is drawn: the one object that
+    carries them from the asset's config to the slice, the cascades' population and the run id."""
+
+    corpus: str = "math"
+    splits: tuple[str, ...] = ("test",)
+    math_levels: tuple[int, ...] = (5,)
+    size: int = DEFAULT_SLICE_SIZE
+    order: SliceOrder = "question_id"
+    # Replay pools: draw only from questions every replay seat recorded.
+    only_recorded: bool = True
+
+
+def population(store: Warehouse, spec: SliceSpec) -> list[Question]:
+    """Every question of the spec's corpus, splits and levels, train and eval side alike: what an
     eval is about (its slice is the eval side's; choices made for it read the train side's)."""
-    return select_questions(store, corpora=[corpus], splits=splits, math_levels=math_levels, limit=None)
+    return select_questions(store, corpora=[spec.corpus], splits=spec.splits, math_levels=spec.math_levels, limit=None)
 
 
-def eval_candidates(
-    store: Warehouse,
-    workers: Mapping[str, Worker],
-    *,
-    corpus: str,
-    splits: Sequence[str],
-    math_levels: Sequence[int],
-    only_recorded: bool = True,
-) -> tuple[list[Question], bool]:
+def eval_candidates(store: Warehouse, workers: Mapping[str, Worker], spec: SliceSpec) -> tuple[list[Question], bool]:
     """The questions a slice may draw from, and whether they were restricted: with `only_recorded`,
     to what every replay seat recorded (when every worker is a replay seat)."""
-    questions = population(store, corpus=corpus, splits=splits, math_levels=math_levels)
+    questions = population(store, spec)
     recorded = {name: w for name, w in workers.items() if isinstance(w, RecordedWorker)}
-    if only_recorded and recorded and len(recorded) == len(workers):
+    if spec.only_recorded and recorded and len(recorded) == len(workers):
         ids = {name: frozenset(w.question_ids) for name, w in recorded.items()}
         covered = frozenset.intersection(*ids.values())
         candidates = [q for q in questions if q.question_id in covered]
         if questions and not candidates:
-            raise UnrecordedSliceError(_uncovered_message(questions, ids, corpus, splits, math_levels))
+            raise UnrecordedSliceError(_uncovered_message(questions, ids, spec))
         return candidates, True
     return questions, False
 
@@ -60,12 +66,11 @@ class UnrecordedSliceError(ValueError):
     """No question of the eval's population was recorded by every replay seat of the pool."""
 
 
-def _uncovered_message(
-    questions: Sequence[Question], ids: Mapping[str, frozenset[str]], corpus: str, splits: Sequence[str],
-    math_levels: Sequence[int],
-) -> str:
+def _uncovered_message(questions: Sequence[Question], ids: Mapping[str, frozenset[str]], spec: SliceSpec) -> str:
     """Which seats leave the slice empty: each seat's recorded share of the population, fewest first."""
-    where = f"{corpus} (splits {list(splits)}" + (f", levels {list(math_levels)})" if corpus == "math" else ")")
+    where = f"{spec.corpus} (splits {list(spec.splits)}" + (
+        f", levels {list(spec.math_levels)})" if spec.corpus == "math" else ")"
+    )
     counts = {name: sum(q.question_id in recorded for q in questions) for name, recorded in ids.items()}
     none = [name for name, n in counts.items() if n == 0]
     shares = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda item: (item[1], item[0])))
@@ -111,6 +116,24 @@ def eval_slice(
     key = (lambda qid: hashlib.sha256(f"eval-order\x1f{qid}".encode()).hexdigest()) if order == "hashed" else None
     ordered = sorted(eligible, key=key)
     return EvalSlice(tuple(ordered[:size]), planned_size=size, split_fingerprint=split_fingerprint(), order=order)
+
+
+@dataclass(frozen=True)
+class DrawnSlice:
+    """The eval slice's questions in order, the slice itself, and whether the population was
+    restricted to what every replay seat recorded."""
+
+    questions: tuple[Question, ...]
+    slice: EvalSlice
+    restricted_to_recorded: bool
+
+
+def draw_slice(store: Warehouse, workers: Mapping[str, Worker], spec: SliceSpec) -> DrawnSlice:
+    """The spec's slice of the questions `workers` can be evaluated on (`eval_candidates`, `eval_slice`)."""
+    candidates, restricted = eval_candidates(store, workers, spec)
+    chosen = eval_slice([q.question_id for q in candidates], spec.size, order=spec.order)
+    by_id = {q.question_id: q for q in candidates}
+    return DrawnSlice(tuple(by_id[qid] for qid in chosen.question_ids), chosen, restricted)
 
 
 def find_leaks(

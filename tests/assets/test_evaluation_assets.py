@@ -22,6 +22,7 @@ from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.lineup import eval_run_id
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
+from conductor_pipeline.evaluation.slices import SliceSpec
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.pools.governor import Governor
@@ -120,7 +121,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     summary = result.output_for_node("eval_arms")
     routing = summary.extra["routing_predictions"]
     assert arms["run_id"] == eval_run_id(
-        pool=POOL, corpus="math", splits=["test"], math_levels=[5], slice_size=SLICE, order="question_id", repeats=1,
+        pool=POOL, spec=SliceSpec(size=SLICE), repeats=1,
         split_fingerprint=arms["split_fingerprint"], include_question=True, max_depth=2, arm_names=arms["arms"],
         random_seed=0, w_router_lambda_cost=0.0,
         arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", routing.fingerprint(), conductor.fingerprint(),

@@ -39,7 +39,8 @@ def test_an_eval_reads_the_checkpoint_of_its_own_seed_and_recipe_not_the_newest(
 
 
 def test_checkpoint_arms_are_sampled_at_the_configured_temperature_and_prompted_as_trained(tmp_path: Path) -> None:
-    from assets.evaluation import EvalArmsConfig, conductor_resources
+    from assets.evaluation import conductor_resources
+    from assets.evaluation_config import EvalArmsConfig
     from conductor_pipeline.conductor.prompt import PromptSpec, write_trained_prompt
     from resources.conductor import ConductorPolicyResource
 

@@ -9,7 +9,7 @@ import dagster as dg
 import polars as pl
 import yaml
 
-from assets.evaluation import EvalArmsConfig
+from assets.evaluation_config import EvalArmsConfig
 from assets.world_model import (
     BEATS_MARGINAL_CHECK,
     BEATS_MARGINAL_DESCRIPTION,

@@ -33,6 +33,7 @@ from conductor_pipeline.evaluation.routers import (
     solo_verdicts,
 )
 from conductor_pipeline.evaluation.slices import (
+    SliceSpec,
     UnrecordedSliceError,
     assert_no_leak,
     eval_candidates,
@@ -76,7 +77,7 @@ def test_a_replay_pool_whose_seats_share_no_recorded_question_of_the_corpus_is_r
 
     def candidates(*seats: WorkerSeat, corpus: str = "math"):
         pool = PoolConfig(name="uncovered", workers=list(seats))
-        return eval_candidates(store, build_workers(pool), corpus=corpus, splits=["test"], math_levels=[5])
+        return eval_candidates(store, build_workers(pool), SliceSpec(corpus=corpus, splits=("test",), math_levels=(5,)))
 
     covered, restricted = candidates(math_only, zoo["gpt-4o"])
     assert restricted and len(covered) == 721
@@ -404,8 +405,7 @@ def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():
     # The hash of these parts, in this order, keys every evaluation run recorded so far: a changed
     # formula would silently start new runs instead of resuming recorded ones.
     run_id = eval_run_id(
-        pool="eval-test", corpus="math", splits=["test"], math_levels=[5], slice_size=400, order="question_id",
-        repeats=1, split_fingerprint="fp0123", include_question=True, max_depth=2, arm_names=lineup.names,
+        pool="eval-test", spec=SliceSpec(corpus="math", splits=("test",), math_levels=(5,), size=400), repeats=1, split_fingerprint="fp0123", include_question=True, max_depth=2, arm_names=lineup.names,
         random_seed=0, w_router_lambda_cost=0.0,
     )
     assert run_id == "eval-2ce01ab061dc08a41fb64224"

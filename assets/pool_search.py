@@ -17,20 +17,23 @@ the stand-in for a null pool when there is one sample per question) are re-measu
 """
 
 import time
+from pathlib import Path
 from typing import Literal
 
 import dagster as dg
-import polars as pl
 from pydantic import Field
 
 from assets.metadata import stage
+from conductor_pipeline.corpora.summaries import question_frame
 from conductor_pipeline.files import write_parquet_atomic, write_text_atomic
 from conductor_pipeline.pools.config import load_pool
-from conductor_pipeline.probing.pool_search import PoolSearchError, PoolSearchSettings, search_pools
+from conductor_pipeline.probing.pool_search import PoolSearchError, PoolSearchReport, PoolSearchSettings, search_pools
 from conductor_pipeline.probing.pool_search_report import (
+    report_markdown,
     search_table_markdown,
     subject_tables_markdown,
     verdict_lines,
+    verdict_markdown,
 )
 from conductor_pipeline.probing.recorded_outcomes import RecordedOutcomesError, recorded_sample_outcomes
 from conductor_pipeline.probing.runner import select_questions
@@ -107,18 +110,12 @@ def pool_search(
     else:
         outcomes = store.query_file("pool_search_outcomes", {"pool": searched_pool.name})
     outcomes_s = time.perf_counter() - started
-    question_frame = pl.DataFrame(
-        [{"question_id": q.question_id, "corpus": q.corpus, "split": q.split, "subject": q.subject, "level": q.level}
-         for q in questions],
-        schema={"question_id": pl.String, "corpus": pl.String, "split": pl.String, "subject": pl.String,
-                "level": pl.Int64},
-    )
     current = pool.load()
     references = dict(config.reference_pools)
     if current.name != searched_pool.name:
         references[current.name] = current.solo_worker_names
     try:
-        report = search_pools(outcomes, question_frame, config.search_settings(), reference_pools=references)
+        report = search_pools(outcomes, question_frame(questions), config.search_settings(), reference_pools=references)
     except PoolSearchError as exc:
         raise dg.Failure(f"pool search over {searched_pool.name!r} ({config.source}): {exc}") from exc
 
@@ -126,36 +123,41 @@ def pool_search(
     table_path = out_dir / f"{searched_pool.name}-search.parquet"
     write_parquet_atomic(report.table(), table_path, "pool-search table")
     report_path = out_dir / f"{searched_pool.name}-search.md"
-    write_text_atomic(
-        report_path,
-        "# Pool search\n\n" + "\n".join(f"- {line}" for line in verdict_lines(report)) + "\n\n" + search_table_markdown(report)
-        + "\n## Who wins where (eval split)\n\n" + subject_tables_markdown(report)
-    )
+    write_text_atomic(report_path, report_markdown(report))
     for line in verdict_lines(report):
         context.log.info(line)
-    best = report.best_out_of_sample
-    metadata = {
-        "pool": dg.MetadataValue.text(searched_pool.name),
-        "source": dg.MetadataValue.text(config.source),
+    return dg.MaterializeResult(metadata={
+        **pool_search_metadata(report, searched_pool.name, config.source, table_path, report_path),
         "outcomes_cached": dg.MetadataValue.bool(cached),
         "outcomes_seconds": dg.MetadataValue.float(round(outcomes_s, 2)),
+        "total_seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
+    })
+
+
+def pool_search_metadata(
+    report: PoolSearchReport, pool: str, source: str, table_path: Path, report_path: Path
+) -> dict[str, dg.MetadataValue]:
+    """What the UI shows of a search: its population, verdicts, tables and best pool out of sample."""
+    metadata = {
+        "pool": dg.MetadataValue.text(pool),
+        "source": dg.MetadataValue.text(source),
         "search_seconds": dg.MetadataValue.float(round(report.search_seconds, 4)),
         "population": dg.MetadataValue.text(report.population),
         "candidates": dg.MetadataValue.int(len(report.candidates)),
         "train_questions": dg.MetadataValue.int(report.n_train),
         "eval_questions": dg.MetadataValue.int(report.n_eval),
         "split_fingerprint": dg.MetadataValue.text(split_fingerprint()),
-        "verdict": dg.MetadataValue.md("\n".join(f"- {line}" for line in verdict_lines(report))),
+        "verdict": dg.MetadataValue.md(verdict_markdown(report)),
         "search_table": dg.MetadataValue.md(search_table_markdown(report)),
         "subject_tables": dg.MetadataValue.md(subject_tables_markdown(report)),
         "table_path": dg.MetadataValue.path(str(table_path)),
         "report_path": dg.MetadataValue.path(str(report_path)),
     }
+    best = report.best_out_of_sample
     if best is not None:
         metadata["best_pool"] = dg.MetadataValue.text(", ".join(best.members))
         metadata["best_eval_headroom"] = dg.MetadataValue.float(best.eval.headroom)
-    metadata["total_seconds"] = dg.MetadataValue.float(round(time.perf_counter() - started, 2))
-    return dg.MaterializeResult(metadata=metadata)
+    return metadata
 
 
 POOL_SEARCH_ASSETS = [pool_search]

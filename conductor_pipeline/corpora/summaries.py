@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import polars as pl
 from tabulate import tabulate
@@ -12,6 +12,18 @@ from conductor_pipeline.records import Question
 
 # The level cell of a question without one: GSM8K, and the two MATH problems labelled "Level ?".
 NO_LEVEL = "?"
+
+
+# What a question is, as frame columns (its text and gold answer left out): what a search or a
+# table over a population joins on and groups by.
+QUESTION_COLUMNS = {"question_id": pl.String, "corpus": pl.String, "split": pl.String, "subject": pl.String,
+                    "level": pl.Int64}
+
+
+def question_frame(questions: Sequence[Question]) -> pl.DataFrame:
+    """The questions as a frame of `QUESTION_COLUMNS`, one row each."""
+    return pl.DataFrame([{name: getattr(q, name) for name in QUESTION_COLUMNS} for q in questions],
+                        schema=QUESTION_COLUMNS)
 
 
 def subject_level_table(questions: Iterable[Question]) -> str:

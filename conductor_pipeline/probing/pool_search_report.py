@@ -99,6 +99,19 @@ def subject_tables_markdown(report: PoolSearchReport) -> str:
     return "\n".join(parts)
 
 
+def report_markdown(report: PoolSearchReport) -> str:
+    """The whole report as one markdown file: verdict lines, the search table, who wins where."""
+    return (
+        "# Pool search\n\n" + verdict_markdown(report) + "\n\n" + search_table_markdown(report)
+        + "\n## Who wins where (eval split)\n\n" + subject_tables_markdown(report)
+    )
+
+
+def verdict_markdown(report: PoolSearchReport) -> str:
+    """The verdict lines as a markdown list."""
+    return "\n".join(f"- {line}" for line in verdict_lines(report))
+
+
 def _usd(value: float | None) -> str:
     return MISSING if value is None or np.isnan(value) else f"{value:.5f}"
 

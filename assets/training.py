@@ -26,12 +26,13 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import stage
 from assets.probing import pass_rates
 from assets.training_metadata import (
+    ParseCheck,
     StageRun,
     WarmStart,
     checkpoint_metadata,
     contested_metadata,
+    parse_check_metadata,
     probe_metadata,
-    pruning_metadata,
     telemetry_metadata,
     warm_start_metadata,
 )
@@ -184,16 +185,9 @@ def warm_start_policy(
                 device=device,
             )
 
-        before, codes_before = check(base, PARSE_CHECK_BEFORE)
-        context.log.info(f"base policy {base}: parse rate {before:.2f} on {n_checked} samples")
-        metadata: dict[str, dg.MetadataValue] = {
-            "base_policy": dg.MetadataValue.text(str(base)),
-            "device": dg.MetadataValue.text(device),
-            "parse_rate_before": dg.MetadataValue.float(before),
-            "parse_codes_before": dg.MetadataValue.json(codes_before),
-            "parse_check": dg.MetadataValue.text(f"{len(check_rows)} prompts x {samples} samples, temperature 1"),
-            **pruning_metadata(training),
-        }
+        before = ParseCheck(base, device, *check(base, PARSE_CHECK_BEFORE), len(check_rows), samples)
+        context.log.info(f"base policy {base}: parse rate {before.rate:.2f} on {n_checked} samples")
+        metadata = parse_check_metadata(before, training)
         if not warm.enabled:
             context.log.info("warm start disabled: GRPO starts from the base policy")
             return dg.MaterializeResult(metadata={
@@ -217,7 +211,7 @@ def warm_start_policy(
     )
     elapsed = time.monotonic() - started
     context.log.info(
-        f"warm start done in {elapsed:.0f}s: parse rate {before:.2f} -> {after:.2f} at temperature 1 "
+        f"warm start done in {elapsed:.0f}s: parse rate {before.rate:.2f} -> {after:.2f} at temperature 1 "
         f"({n_checked} samples; failures {dict((c, n) for c, n in codes_after.items() if c != PARSE_OK)}); model at {out}"
     )
     trained = WarmStart(out, recipe, len(pairs), after, codes_after, balance, sft_elapsed, elapsed)

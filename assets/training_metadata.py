@@ -1,5 +1,6 @@
-"""The training assets' metadata, one helper per stage (the contested set, the probe, the checkpoint)
-built from tables, pruning, the probe's audit, rollout telemetry and a run's curves."""
+"""The training assets' metadata, one helper per stage (the contested set, the parse check and the
+warm start, the probe, the checkpoint) built from tables, pruning, the probe's audit, rollout
+telemetry and a run's curves."""
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,6 +134,30 @@ def contested_metadata(
         "split": dg.MetadataValue.text("train only"),
         "table_path": dg.MetadataValue.path(str(table_path)),
         "manifest_path": dg.MetadataValue.path(str(manifest_path)),
+    }
+
+
+@dataclass(frozen=True)
+class ParseCheck:
+    """The base policy's parse check before any training: what its samples parse to."""
+
+    model: Path | str
+    device: str
+    rate: float
+    codes: dict[str, int]
+    prompts: int
+    samples: int
+
+
+def parse_check_metadata(check: ParseCheck, training: TrainingSet) -> dict[str, dg.MetadataValue]:
+    """The policy the warm start starts from, its parse check, and the training set's pruning."""
+    return {
+        "base_policy": dg.MetadataValue.text(str(check.model)),
+        "device": dg.MetadataValue.text(check.device),
+        "parse_rate_before": dg.MetadataValue.float(check.rate),
+        "parse_codes_before": dg.MetadataValue.json(check.codes),
+        "parse_check": dg.MetadataValue.text(f"{check.prompts} prompts x {check.samples} samples, temperature 1"),
+        **pruning_metadata(training),
     }
 
 

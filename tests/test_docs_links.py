@@ -1,5 +1,7 @@
 """The README and docs/ stay navigable: every relative link points at a file that exists, and the
-README stays a page a newcomer reads in ten minutes (at most README_MAX_LINES lines)."""
+README stays a page a newcomer reads in ten minutes: at most README_MAX_LINES lines and about 1,600
+words, and no commit, date or interval outside the results block that `make results` writes (the
+research record is docs/LOG.md and benchmarks/RESULTS-*.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,16 @@ from urllib.parse import unquote
 
 import pytest
 
+from assets.results import BEGIN, END
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 README_MAX_LINES = 260
+README_MAX_WORDS = 1650
+# What belongs to the generated results block (or the research record), never to the README's prose.
+COMMIT = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+INTERVAL = re.compile(r"\[[-+]?\d+(?:\.\d+)?, ?[-+]?\d+(?:\.\d+)?\]")
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -51,3 +60,25 @@ def test_relative_links_point_at_files_that_exist(page: Path) -> None:
 def test_readme_is_short() -> None:
     lines = len(README.read_text(encoding="utf-8").splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; keep it at most {README_MAX_LINES} (the reference goes in docs/)"
+
+
+def readme_prose(readme: str) -> str:
+    """The README without its generated results block."""
+    begin, end = readme.index(BEGIN), readme.index(END)
+    return readme[:begin] + readme[end + len(END):]
+
+
+def test_readme_is_a_manual_not_a_lab_notebook() -> None:
+    readme = README.read_text(encoding="utf-8")
+    words = len(readme.split())
+    assert words <= README_MAX_WORDS, f"README.md has {words} words; keep it at most {README_MAX_WORDS}"
+    prose = readme_prose(readme)
+    found = {name: pattern.findall(prose) for name, pattern in
+             {"commit": COMMIT, "date": DATE, "interval": INTERVAL}.items()}
+    assert not any(found.values()), f"README.md outside the results block cites {found}: they go to docs/LOG.md"
+
+
+@pytest.mark.parametrize("prose", ["at commit 9415adb2df05", "on 2026-12-07", "+3.1 [-1.8, +8.1] pts"])
+def test_the_readme_check_finds_a_commit_a_date_and_an_interval(prose: str) -> None:
+    assert any(p.search(prose) for p in (COMMIT, DATE, INTERVAL))
+    assert not any(p.search("make run prints 0.505 on replay-test-six, six workers") for p in (COMMIT, DATE, INTERVAL))

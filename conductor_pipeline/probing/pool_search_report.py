@@ -19,8 +19,8 @@ def verdict_lines(report: PoolSearchReport) -> list[str]:
     whether the eval interval is clear of 0; then the largest headroom found out of sample."""
     lines = [
         f"searched sub-pools of {report.settings.min_size}-{report.settings.max_size} among {len(report.candidates)} "
-        f"workers on {report.n_train} train-split questions (beam width {report.settings.beam_width}, "
-        f"{report.search_seconds:.2f} s); re-measured on {report.n_eval} eval-split questions"
+        f"workers on {report.n_train} train-split questions (beam width {report.settings.beam_width}); "
+        f"re-measured on {report.n_eval} eval-split questions"
     ]
     for r in report.searched:
         low, high = r.eval_headroom_interval

@@ -28,9 +28,10 @@ CONCURRENCY = 64
 # calls run out of budget (P(none) ~ 5e-12). With 3 attempts it was ~3 and P(none) ~ 5%: that flaked in CI.
 RETRY = RetryConfig(max_attempts=2, base_delay_s=0.005, max_delay_s=1.0)
 TRANSIENT_KINDS = ("rate_limit", "server_error", "hang", "reset")
-# Attempts that fail before a request leaves the client (no free connection, no connect on a
-# loaded 2-core box) never reach the server, so they are counted apart when reconciling.
-NEVER_SENT = re.compile(r"\((ConnectError|ConnectTimeout|PoolTimeout)\b")
+# Attempts that fail before a whole request leaves the client (no free connection, no connect, or
+# a write that timed out, on a loaded 2-core box) never reach the server as a request, so they are
+# counted apart when reconciling.
+NEVER_SENT = re.compile(r"\((ConnectError|ConnectTimeout|PoolTimeout|WriteTimeout)\b")
 FAULTS = FaultRates.spread(
     0.20,
     [FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.HANG, FaultKind.RESET,

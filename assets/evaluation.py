@@ -51,7 +51,6 @@ from assets.probing import pass_rates
 from conductor_pipeline.conductor.prompt import PromptSpec, read_trained_prompt
 from conductor_pipeline.evaluation.arms import ConductorArm, EvalRunSummary
 from conductor_pipeline.evaluation.cascades import CascadeChoice
-from conductor_pipeline.evaluation.comparisons import comparisons_frame, question_scores
 from conductor_pipeline.evaluation.eval_tables import OtherFigures, build_eval_tables
 from conductor_pipeline.evaluation.lineup import (
     ArmLineup,
@@ -332,18 +331,7 @@ def eval_tables(
     )
 
     out_dir = warehouse.artifact_dir("eval_tables")
-    tables = {"arms": results.table, "running_gap": results.gap, "paired": comparisons_frame(results.comparisons),
-              # each arm's score per question: what pools this run with other seeds' (assets/seeds.py)
-              "question_scores": question_scores(workflows)}
-    if results.recursion is not None:
-        tables["recursion"] = results.recursion
-    for name, frame in (("conductor_pairs", results.conductor_pairs), ("positions", results.positions),
-                        ("order_agreement", results.order_agreement)):
-        if frame is not None:
-            tables[name] = frame
-    if results.sweep.height:
-        tables["cost_sweep"] = results.sweep
-    for name, frame in tables.items():
+    for name, frame in results.frames().items():
         write_parquet_atomic(frame, out_dir / f"{eval_arms.run_id}_{name}.parquet", "eval table")
     write_bytes_atomic(out_dir / f"{eval_arms.run_id}_accuracy_vs_cost.png", results.accuracy_png, "eval plot")
     write_bytes_atomic(out_dir / f"{eval_arms.run_id}_running_gap.png", results.gap_png, "eval plot")

@@ -20,8 +20,10 @@ from conductor_pipeline.evaluation.comparisons import (
     REFERENCE_ARM,
     PairedSettings,
     compare_with_reference,
+    comparisons_frame,
     conductor_arms,
     gap_in_points,
+    question_scores,
 )
 from conductor_pipeline.evaluation.costs import arms_frontier, cost_story, cost_sweep
 from conductor_pipeline.evaluation.frames import (
@@ -98,6 +100,20 @@ class EvalTables:
     conductor_pairs: pl.DataFrame | None = None
     positions: pl.DataFrame | None = None
     order_agreement: pl.DataFrame | None = None
+    # Each arm's score per question: what pools this run with other seeds' (`evaluation.seeds`).
+    question_scores: pl.DataFrame | None = None
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """The run's tables as data, by name, the ones this run has: what is written beside it as parquet."""
+        optional = {
+            "question_scores": self.question_scores, "recursion": self.recursion,
+            "conductor_pairs": self.conductor_pairs, "positions": self.positions,
+            "order_agreement": self.order_agreement, "cost_sweep": self.sweep if self.sweep.height else None,
+        }
+        return {
+            "arms": self.table, "running_gap": self.gap, "paired": comparisons_frame(self.comparisons),
+            **{name: frame for name, frame in optional.items() if frame is not None},
+        }
 
 
 def build_eval_tables(
@@ -222,4 +238,5 @@ def build_eval_tables(
         conductor_pairs=pairs,
         positions=positions,
         order_agreement=agreement,
+        question_scores=question_scores(workflows),
     )

@@ -23,6 +23,7 @@ from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.lineup import eval_run_id
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
 from conductor_pipeline.evaluation.slices import SliceSpec
+from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool
 from conductor_pipeline.pools.governor import Governor
@@ -203,6 +204,14 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     assert "on the frontier" in tables["cost_frontier"]
     assert "escalated_share" in tables["cascades"] and "the vote it stops early" in tables["cascades"]
     assert "gap to best single (train-chosen), pts" in tables["decomposition"]
+    # The tables as data beside the run, one parquet file each: what `make seeds` and a notebook read.
+    run_id = arms["run_id"]
+    written = {path.name.removeprefix(f"{run_id}_").removesuffix(".parquet")
+               for path in (artifacts_root() / "eval_tables").glob(f"{run_id}_*.parquet")}
+    assert written == {"arms", "running_gap", "paired", "question_scores", "conductor_pairs", "positions",
+                       "order_agreement", "cost_sweep"}
+    arm_rows = pl.read_parquet(artifacts_root() / "eval_tables" / f"{run_id}_arms.parquet")
+    assert sorted(arm_rows["arm"]) == sorted(arms["arms"])
 
     # The W that routed saw only train-split questions: the probed calibration questions, none of the slice.
     routing_w = load_world_model(arms["world_model_path"])

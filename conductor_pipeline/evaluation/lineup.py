@@ -177,7 +177,10 @@ def eval_run_id(
         pool, spec.corpus, list(spec.splits), list(spec.math_levels), spec.size, spec.order, repeats, split_fingerprint,
         include_question, max_depth, list(arm_names), random_seed, w_router_lambda_cost,
     ]
-    return EVAL_RUN_PREFIX + stable_id(*parts, *([arm_inputs] if arm_inputs is not None else []))
+    # A slice not restricted to the recorded questions is another slice: another run. Added only then,
+    # so the ids of every run recorded with the default stay what they were.
+    unrestricted = [] if spec.only_recorded else ["all questions, recorded or not"]
+    return EVAL_RUN_PREFIX + stable_id(*parts, *([arm_inputs] if arm_inputs is not None else []), *unrestricted)
 
 
 async def run_lineup(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +78,8 @@ def test_a_replay_pool_whose_seats_share_no_recorded_question_of_the_corpus_is_r
 
     def candidates(*seats: WorkerSeat, corpus: str = "math"):
         pool = PoolConfig(name="uncovered", workers=list(seats))
-        return eval_candidates(store, build_workers(pool), SliceSpec(corpus=corpus, splits=("test",), math_levels=(5,)))
+        spec = SliceSpec(corpus, ("test",), (5,), size=400, order="question_id", only_recorded=True)
+        return eval_candidates(store, build_workers(pool), spec)
 
     covered, restricted = candidates(math_only, zoo["gpt-4o"])
     assert restricted and len(covered) == 721
@@ -404,11 +406,17 @@ def test_lineup_names_every_arm_once_in_run_id_order_and_the_run_id_is_stable():
     assert eval_lineup([seat("small")], _choice("small")).names == ["solo:small", "best_single", "random", "oracle"]
     # The hash of these parts, in this order, keys every evaluation run recorded so far: a changed
     # formula would silently start new runs instead of resuming recorded ones.
-    run_id = eval_run_id(
-        pool="eval-test", spec=SliceSpec(corpus="math", splits=("test",), math_levels=(5,), size=400), repeats=1, split_fingerprint="fp0123", include_question=True, max_depth=2, arm_names=lineup.names,
-        random_seed=0, w_router_lambda_cost=0.0,
-    )
-    assert run_id == "eval-2ce01ab061dc08a41fb64224"
+    recorded_only = SliceSpec("math", ("test",), (5,), size=400, order="question_id", only_recorded=True)
+
+    def run_id(spec: SliceSpec) -> str:
+        return eval_run_id(
+            pool="eval-test", spec=spec, repeats=1, split_fingerprint="fp0123", include_question=True, max_depth=2,
+            arm_names=lineup.names, random_seed=0, w_router_lambda_cost=0.0,
+        )
+
+    assert run_id(recorded_only) == "eval-2ce01ab061dc08a41fb64224"
+    # A slice drawn from every question, recorded or not, is another slice: another run.
+    assert run_id(dataclasses.replace(recorded_only, only_recorded=False)) != run_id(recorded_only)
 
 
 def test_conductor_twins_pair_a_trained_arm_with_its_warm_start_and_each_pool_order_arm_with_its_shuffle():

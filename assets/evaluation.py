@@ -111,7 +111,7 @@ def conductor_resources(
     return chosen
 
 
-def conductor_arms(
+def build_conductor_arms(
     config: EvalArmsConfig, conductors: Sequence[ConductorPolicyResource], pool_config: PoolConfig,
     routing: RoutingInputs,
 ) -> dict[tuple[str, str], ConductorArm]:
@@ -195,9 +195,9 @@ def eval_arms(
     workers = pool.build_workers([s.name for s in pool_config.workers if not s.is_conductor])
     # Solo arms, routers, the slice and the best single are about seats that answer alone (not a vote).
     seats = [s for s in pool_config.workers if s.name in workers and s.answers_alone]
-    solo_workers = [s.name for s in seats]
-    drawn = draw_slice(store, {name: workers[name] for name in solo_workers}, spec)
-    calibration = choose_best_single(pass_rate_table(store, pool_config.name), solo_workers)
+    solo_names = [s.name for s in seats]
+    drawn = draw_slice(store, {name: workers[name] for name in solo_names}, spec)
+    calibration = choose_best_single(pass_rate_table(store, pool_config.name), solo_names)
     training_ids = questions_seen_in_training(store, context.instance)
     require_no_leak(drawn, training_ids, calibration)
 
@@ -208,10 +208,10 @@ def eval_arms(
         routing_inputs(warehouse, pool_config, seats, drawn, calibration, config.world_model, context.log)
         if config.needs_world_model(conductors) else RoutingInputs()
     )
-    conductor_arm_of = conductor_arms(config, conductors, pool_config, routing)
+    conductor_arm_of = build_conductor_arms(config, conductors, pool_config, routing)
     cascades = (
         train_split_cascades(
-            store, pool_config.name, calibration, solo_workers, config.vote_top_k,
+            store, pool_config.name, calibration, solo_names, config.vote_top_k,
             population=[q.question_id for q in population(store, spec)],
         )
         if config.vote_arms and config.agreement_cascades else []

@@ -30,15 +30,16 @@ SliceOrder = Literal["question_id", "hashed"]
 @dataclass(frozen=True)
 class SliceSpec:
     """Which questions an evaluation is about and how its slice is drawn: the one object that
-    carries them from the asset's config to the slice, the cascades' population and the run id."""
+    carries them from the asset's config (where their defaults and help live, `EvalArmsConfig`) to
+    the slice, the cascades' population and the run id."""
 
-    corpus: str = "math"
-    splits: tuple[str, ...] = ("test",)
-    math_levels: tuple[int, ...] = (5,)
-    size: int = DEFAULT_SLICE_SIZE
-    order: SliceOrder = "question_id"
+    corpus: str
+    splits: tuple[str, ...]
+    math_levels: tuple[int, ...]
+    size: int
+    order: SliceOrder
     # Replay pools: draw only from questions every replay seat recorded.
-    only_recorded: bool = True
+    only_recorded: bool
 
 
 def population(store: Warehouse, spec: SliceSpec) -> list[Question]:

@@ -15,6 +15,7 @@ import pytest
 
 from assets.definitions import build_definitions
 from assets.evaluation import EVALUATION_ASSETS, EVALUATION_CHECKS, eval_slice_has_no_leak
+from assets.evaluation_config import EvalArmsConfig
 from assets.evaluation_inputs import probe_ceilings, questions_seen_in_training, world_model_routing
 from assets.metadata import latest_metadata_value
 from assets.world_model import WorldModelFitConfig
@@ -22,7 +23,6 @@ from conductor_pipeline.corpora.loaders import load_math_full
 from conductor_pipeline.evaluation.arms import EvalRunSummary
 from conductor_pipeline.evaluation.lineup import eval_run_id
 from conductor_pipeline.evaluation.routing_predictions import RoutingPredictions
-from conductor_pipeline.evaluation.slices import SliceSpec
 from conductor_pipeline.paths import artifacts_root
 from conductor_pipeline.pools.backends.registry import build_workers
 from conductor_pipeline.pools.config import load_pool
@@ -122,7 +122,7 @@ def test_eval_arms_and_tables_on_a_30_question_slice(warehouse_path: Path, tmp_p
     summary = result.output_for_node("eval_arms")
     routing = summary.extra["routing_predictions"]
     assert arms["run_id"] == eval_run_id(
-        pool=POOL, spec=SliceSpec(size=SLICE), repeats=1,
+        pool=POOL, spec=EvalArmsConfig(slice_size=SLICE).slice_spec(), repeats=1,
         split_fingerprint=arms["split_fingerprint"], include_question=True, max_depth=2, arm_names=arms["arms"],
         random_seed=0, w_router_lambda_cost=0.0,
         arm_inputs=stable_id(load_pool(POOL).model_dump_json(), "gpt-4o", routing.fingerprint(), conductor.fingerprint(),

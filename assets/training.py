@@ -185,7 +185,8 @@ def warm_start_policy(
                 device=device,
             )
 
-        before = ParseCheck(base, device, *check(base, PARSE_CHECK_BEFORE), len(check_rows), samples)
+        rate, codes = check(base, PARSE_CHECK_BEFORE)
+        before = ParseCheck(base, device, rate=rate, codes=codes, prompts=len(check_rows), samples=samples)
         context.log.info(f"base policy {base}: parse rate {before.rate:.2f} on {n_checked} samples")
         metadata = parse_check_metadata(before, training)
         if not warm.enabled:

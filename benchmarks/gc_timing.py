@@ -1,11 +1,12 @@
 """How much of a pytest process's time goes to Python's garbage collector: a pytest plugin.
 
-    .venv/bin/python -m pytest -n 2 -p benchmarks.gc_timing            # the whole suite, per worker
-    GC_TIMING_FREEZE=1 .venv/bin/python -m pytest -p benchmarks.gc_timing tests/assets/test_training_assets.py
+    GC_TIMING_LOG=/tmp/gc.log .venv/bin/python -m pytest -n 2 -p benchmarks.gc_timing   # the suite, per worker
+    GC_TIMING_FREEZE=1 .venv/bin/python -m pytest -p no:xdist -p benchmarks.gc_timing tests/assets/test_training_assets.py
 
 Every collection, automatic or explicit, is timed through `gc.callbacks`; when the process ends it
 prints (and appends to $GC_TIMING_LOG, when set) how many collections ran, their seconds, and how
-many of them were full (generation 2) collections. With GC_TIMING_FREEZE=1 each process imports the
+many of them were full (generation 2) collections. Under xdist the workers' prints are not shown:
+set GC_TIMING_LOG. With GC_TIMING_FREEZE=1 each process imports the
 heavy libraries first and calls `gc.freeze()`, so their objects are left out of every collection:
 the comparison says what freezing would save. Subprocesses that tests start are not counted. The
 figures of 2026-12-07 are in docs/LOG.md ("eighth").

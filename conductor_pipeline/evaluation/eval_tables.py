@@ -100,7 +100,7 @@ class EvalTables:
     conductor_pairs: pl.DataFrame | None = None
     positions: pl.DataFrame | None = None
     order_agreement: pl.DataFrame | None = None
-    # Each arm's score per question: what pools this run with other seeds' (`evaluation.seeds`).
+    # Each arm's score per question: what pools this run with other seeds' (`assets/results.py` reads it).
     question_scores: pl.DataFrame | None = None
 
     def frames(self) -> dict[str, pl.DataFrame]:

@@ -95,27 +95,6 @@ def latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None
     return trained_policy(context, WARM_START_ASSET, "model_path", metadata)
 
 
-def routing_world_model(
-    warehouse: WarehouseResource, pool_name: str, seats: Sequence[WorkerSeat], config: WorldModelFitConfig,
-    eval_ids: Sequence[str], log: dg.DagsterLogManager,
-) -> tuple[WorldModel, dict[str, object]]:
-    """W fitted on the seats' train-split rows (saved beside the pool's all-data W) and its metadata;
-    the step fails if it saw an eval-split question or one of the slice's."""
-    model = fit_train_split_world_model(warehouse.get_warehouse(), pool_name, seats, config.model_settings())
-    w_ids = sorted(model.training_question_ids)
-    on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
-    leaked = sorted(set(w_ids) & set(eval_ids))
-    if on_eval_side or leaked:
-        raise dg.Failure(f"the routing W saw eval questions: {(on_eval_side or leaked)[:5]}")
-    path = save_world_model(model, train_split_world_model_path(warehouse, pool_name))
-    log.info(f"train-split W: {len(w_ids)} questions, {model.training_summary['rows']} rows")
-    return model, {
-        "world_model_path": dg.MetadataValue.path(str(path)),
-        "world_model_training_questions": len(w_ids),
-        "world_model_training_rows": model.training_summary["rows"],
-    }
-
-
 @dataclass(frozen=True)
 class RoutingInputs:
     """What the train-split W gives an eval run: the model (W-router, W-cascade), the numbers
@@ -132,13 +111,24 @@ def routing_inputs(
     warehouse: WarehouseResource, pool_config: PoolConfig, seats: Sequence[WorkerSeat], drawn: DrawnSlice,
     calibration: BestSingleChoice, config: WorldModelFitConfig, log: dg.DagsterLogManager,
 ) -> RoutingInputs:
-    """The train-split W (`routing_world_model`) with its prompt numbers and slice predictions."""
-    model, metadata = routing_world_model(
-        warehouse, pool_config.name, seats, config, drawn.slice.question_ids, log
-    )
+    """W fitted on the seats' train-split rows (saved beside the pool's all-data W), with its prompt
+    numbers and slice predictions; the step fails if it saw an eval-split question or one of the slice's."""
+    model = fit_train_split_world_model(warehouse.get_warehouse(), pool_config.name, seats, config.model_settings())
+    w_ids = sorted(model.training_question_ids)
+    on_eval_side = [qid for qid in w_ids if split_of(qid) != "train"]
+    leaked = sorted(set(w_ids) & set(drawn.slice.question_ids))
+    if on_eval_side or leaked:
+        raise dg.Failure(f"the routing W saw eval questions: {(on_eval_side or leaked)[:5]}")
+    path = save_world_model(model, train_split_world_model_path(warehouse, pool_config.name))
+    log.info(f"train-split W: {len(w_ids)} questions, {model.training_summary['rows']} rows")
     return RoutingInputs(
         model, prompt_predictor(model, pool_config.workers),
-        RoutingPredictions.from_model(model, seats, drawn.questions, calibration.worker), metadata,
+        RoutingPredictions.from_model(model, seats, drawn.questions, calibration.worker),
+        {
+            "world_model_path": dg.MetadataValue.path(str(path)),
+            "world_model_training_questions": len(w_ids),
+            "world_model_training_rows": model.training_summary["rows"],
+        },
     )
 
 

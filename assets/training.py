@@ -17,7 +17,6 @@ latest probe run. Training steps run in the Dagster concurrency pool `gpu` (one 
 """
 
 import time
-from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
@@ -26,7 +25,6 @@ from assets.deployment import GPU_POOL  # training, probe and warm start share o
 from assets.metadata import stage
 from assets.probing import pass_rates
 from assets.training_metadata import (
-    ParseCheck,
     StageRun,
     WarmStart,
     checkpoint_metadata,
@@ -39,7 +37,8 @@ from assets.training_metadata import (
 from assets.training_wiring import (
     contested_dir,
     failing_step,
-    grpo_executor,
+    grpo_executor_for,
+    grpo_run,
     observe_progress,
     prompt_metadata,
     recipe_of,
@@ -52,39 +51,28 @@ from conductor_pipeline.evaluation.learning import choice_balance
 from conductor_pipeline.probing.contested import BAND_HIGH, BAND_LOW, ContestedRule
 from conductor_pipeline.training.dataset import (
     choose_contested_set,
-    pruning_report,
     read_contested_manifest,
     write_contested_set,
 )
 from conductor_pipeline.training.gates import (
-    RUN_MANIFEST,
     GateClosedError,
     judge_probe,
-    probe_manifest,
     read_probe_manifest,
     read_verdict,
     require_open,
     write_probe_manifest,
     write_verdict,
 )
-from conductor_pipeline.training.grpo import remove_checkpoints
-from conductor_pipeline.training.rollouts import parse_check
-from conductor_pipeline.training.runs import (
-    forget_steps_after_checkpoint,
-    policy_name,
-    run_pool_grpo,
-    run_telemetry,
+from conductor_pipeline.training.stages import (
+    PROBE_PHASE,
+    TRAINING_PHASE,
+    probe_once,
+    train_resuming,
+    warm_start_checked,
 )
-from conductor_pipeline.training.sft import warm_start_sft
-from conductor_pipeline.training.synthetic import warm_start_pairs
 from conductor_pipeline.training.telemetry import (
     PARSE_CHECK_AFTER,
-    PARSE_CHECK_BEFORE,
-    RolloutLog,
-    RowBuffer,
-    forget_run,
 )
-from conductor_pipeline.workflow import PARSE_OK
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
 from resources.warehouse import WarehouseResource
@@ -164,61 +152,28 @@ def warm_start_policy(
     """The policy GRPO starts from: SFT on synthetic valid workflows over the pool's workers (format only)."""
     recipe = recipe_of(trainer)
     training = training_set(warehouse, pool, recipe)
-    pool_config, warm = training.pool_config, recipe.warm_start
-    device = training_device(trainer)
+    device, pool_name, base = training_device(trainer), training.pool_config.name, trainer.base_policy_path()
+    check_run_id = repeatable_run_id(context, "warm-start", pool_name, base, training)
     started = time.monotonic()
-    base = trainer.base_policy_path()
-    # Exactly the GRPO prompts (same sub-pools, naming, examples): the format learnt is the one scored.
-    rows = training.prompt_rows(recipe.grpo)
-    check_rows = rows[: warm.parse_check_prompts]
-    samples = warm.parse_check_samples
-    n_checked = len(check_rows) * samples
-    # Every parse-check sample is a rollout: executed on the pool and recorded under this run id.
-    check_run_id = repeatable_run_id(context, "warm-start", pool_config.name, base, training)
-    with RowBuffer(training.store) as writer:
-        executor = rollout_executor(training, recipe, pool, training.questions)
-
-        def check(model: Path | str, phase: str) -> tuple[float, dict[str, int]]:
-            executor.log = RolloutLog(writer, check_run_id, phase, policy_name(model))
-            return parse_check(
-                model, check_rows, recipe.prompt.naming, recipe.prompt.max_new_tokens, samples, executor=executor,
-                device=device,
-            )
-
-        rate, codes = check(base, PARSE_CHECK_BEFORE)
-        before = ParseCheck(base, device, rate=rate, codes=codes, prompts=len(check_rows), samples=samples)
-        context.log.info(f"base policy {base}: parse rate {before.rate:.2f} on {n_checked} samples")
-        metadata = parse_check_metadata(before, training)
-        if not warm.enabled:
-            context.log.info("warm start disabled: GRPO starts from the base policy")
-            return dg.MaterializeResult(metadata={
-                **metadata, **telemetry_metadata(training.store, check_run_id),
-                "prompt": dg.MetadataValue.json(recipe.prompt.model_dump()),
-                "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
-            })
-        style = warm.style
-        pairs = warm_start_pairs(
-            rows, n=warm.examples, seed=recipe.seed + 1, naming=recipe.prompt.naming, style=style,
-            aggregators=pool_config.vote_seat_names, fan_out_only=warm.fan_out, max_fan_out=warm.max_fan_out,
-        )
-        sft = recipe.sft
-        context.log.info(f"warm start: {len(pairs)} synthetic pairs ({style} style), {sft.max_steps} SFT steps")
-        sft_started = time.monotonic()
-        out = warm_start_sft(base, pairs, sft, trainer.warm_start_dir(pool_config.name))
-        sft_elapsed = time.monotonic() - sft_started
-        after, codes_after = check(out, PARSE_CHECK_AFTER)
+    warm = warm_start_checked(
+        base, training, recipe, rollout_executor(training, recipe, pool, training.questions),
+        trainer.warm_start_dir(pool_name), check_run_id=check_run_id, device=device, log=context.log.info,
+    )
+    metadata = {**parse_check_metadata(warm.before, training), **telemetry_metadata(training.store, check_run_id)}
+    if warm.after is None:
+        return dg.MaterializeResult(metadata={
+            **metadata, "prompt": dg.MetadataValue.json(recipe.prompt.model_dump()),
+            "model_path": dg.MetadataValue.path(str(base)), "warm_start": False,
+        })
     balance = choice_balance(
         training.store.query_file("rollouts_of_phase", {"run_id": check_run_id, "phase": PARSE_CHECK_AFTER})
     )
-    elapsed = time.monotonic() - started
-    context.log.info(
-        f"warm start done in {elapsed:.0f}s: parse rate {before.rate:.2f} -> {after:.2f} at temperature 1 "
-        f"({n_checked} samples; failures {dict((c, n) for c, n in codes_after.items() if c != PARSE_OK)}); model at {out}"
+    trained = WarmStart(
+        warm.model, recipe, warm.pairs, warm.after.rate, warm.after.codes, balance, warm.sft_elapsed_s,
+        time.monotonic() - started,
     )
-    trained = WarmStart(out, recipe, len(pairs), after, codes_after, balance, sft_elapsed, elapsed)
     return dg.MaterializeResult(metadata={
-        **metadata, **warm_start_metadata(trained), **telemetry_metadata(training.store, check_run_id),
-        **prompt_metadata(recipe.prompt, out),
+        **metadata, **warm_start_metadata(trained), **prompt_metadata(recipe.prompt, warm.model),
     })
 
 
@@ -234,55 +189,24 @@ def grpo_probe_run(
     """A short GRPO run (default 20 steps) on the contested set: does a group's reward ever vary?"""
     recipe = recipe_of(trainer)
     training = training_set(warehouse, pool, recipe)
-    pool_config, store, gate = training.pool_config, training.store, recipe.gate
-    settings = recipe.probe()
-    device = training_device(trainer)
-    start_policy = trainer.start_policy_path(pool_config.name)
-    probe_run_id = f"probe-{pool_config.name}-{trainer.run_key(recipe, settings, training, start_policy)}"
-    output_dir = trainer.probe_dir(pool_config.name) / probe_run_id
+    pool_config, gate = training.pool_config, recipe.gate
+    run = grpo_run(trainer, recipe, training, PROBE_PHASE)
     started = time.monotonic()
-    manifest = read_probe_manifest(output_dir, RUN_MANIFEST)  # a probe of the same inputs that finished
-    if manifest is not None and len(manifest["steps"]) >= settings.max_steps:
-        context.log.info(f"probe {probe_run_id} of these inputs already finished (dagster run {manifest['dagster_run_id']})")
-    else:
-        # An unfinished probe of the same inputs (a killed run) starts again from scratch, its rows
-        # deleted first, so its figures are an uninterrupted probe's.
-        forget_run(store, probe_run_id)
-        context.log.info(f"probe {probe_run_id}: starting")
-        with RowBuffer(store) as writer:
-            executor = grpo_executor(
-                training, recipe, warehouse, pool, [*training.questions, *training.skipped],
-                RolloutLog(writer, probe_run_id, "probe", policy_name(start_policy)), start_policy, device,
-            )
-            run_pool_grpo(
-                start_policy, training, executor, settings, output_dir,
-                run_id=probe_run_id, phase="probe", resume=False, log=context.log.info,
-                progress=observe_progress(context),
-            )
-            pruning = pruning_report(
-                start_policy, training, executor, settings, recipe.data.prune_audit_questions, device
-            )
-        if pruning is not None:
-            context.log.info(f"world-model pruning: {pruning}")
-        logged = store.query_file("training_steps_of_run", {"run_id": probe_run_id}).iter_rows(named=True)
-        manifest = probe_manifest(
-            probe_run_id, logged, group_size=settings.num_generations, groups_per_step=settings.questions_per_step,
-            dagster_run_id=context.run_id, contested_questions=len(training.questions) + len(training.skipped),
-            trained_questions=len(training.questions), world_model_pruning=pruning,
-        )
-        write_probe_manifest(output_dir, manifest, RUN_MANIFEST)
-        # The probe's weights are not a product: keep its logs, drop the checkpoints (GBs on the GPU profile).
-        remove_checkpoints(output_dir)
+    questions = [*training.questions, *training.skipped]  # the pruning audit samples the skipped ones
+    manifest = probe_once(
+        run, training, grpo_executor_for(training, recipe, warehouse, pool, run, questions),
+        prune_audit_questions=recipe.data.prune_audit_questions, dagster_run_id=context.run_id, log=context.log.info,
+        progress=observe_progress(context),
+    )
     elapsed = time.monotonic() - started
     write_probe_manifest(trainer.probe_dir(pool_config.name), manifest)  # the latest probe: what the gate judges
     preview = judge_probe(manifest, manifest["steps"], threshold=gate.zero_variance_threshold, gate_on=gate.gate_on)
-    context.log.info(f"probe {probe_run_id}: {len(manifest['steps'])} steps in {elapsed:.0f}s; {preview.describe()}")
-    run = StageRun(
-        probe_run_id, f"GRPO probe {probe_run_id} (group size {settings.num_generations})", recipe, settings, training,
-        device, elapsed, run_telemetry(store, probe_run_id, pool_config.vote_seat_names),
-        trainer.probe_dir(pool_config.name) / f"{probe_run_id}.png",
+    context.log.info(f"probe {run.run_id}: {len(manifest['steps'])} steps in {elapsed:.0f}s; {preview.describe()}")
+    stage_run = StageRun(
+        run, f"GRPO probe {run.run_id} (group size {run.settings.num_generations})", recipe, training, elapsed,
+        trainer.probe_dir(pool_config.name) / f"{run.run_id}.png",
     )
-    return dg.MaterializeResult(metadata=probe_metadata(run, manifest, preview, context.log.error))
+    return dg.MaterializeResult(metadata=probe_metadata(stage_run, manifest, preview, context.log.error))
 
 
 @dg.asset_check(
@@ -323,39 +247,24 @@ def conductor_checkpoint(
     context.log.info(f"gate open: {verdict.describe()}")
     recipe = recipe_of(trainer)
     training = training_set(warehouse, pool, recipe)
-    store, settings = training.store, recipe.grpo
-    device = training_device(trainer)
-    start_policy = trainer.start_policy_path(pool_config.name)
-    run_id = f"grpo-{pool_config.name}-{trainer.run_key(recipe, settings, training, start_policy)}"
-    output_dir = trainer.checkpoint_dir(pool_config.name) / run_id
-    resume_step = forget_steps_after_checkpoint(store, run_id, output_dir)
-    context.log.info(
-        f"GRPO run {run_id}: " + (f"resuming after step {resume_step}" if resume_step else "starting at step 1")
-        + f" (a run of other settings, prompts, pool, questions or start policy gets another key); output {output_dir}"
-    )
+    run = grpo_run(trainer, recipe, training, TRAINING_PHASE)
     started = time.monotonic()
-    with RowBuffer(store) as writer:
-        executor = grpo_executor(
-            training, recipe, warehouse, pool, training.questions,
-            RolloutLog(writer, run_id, "grpo", policy_name(start_policy)), start_policy, device,
-        )
-        outcome = run_pool_grpo(
-            start_policy, training, executor, settings, output_dir,
-            run_id=run_id, phase="grpo", resume=True, log=context.log.info, time_limit_s=recipe.time_limit_s,
-            progress=observe_progress(context),
-        )
+    outcome = train_resuming(
+        run, training, grpo_executor_for(training, recipe, warehouse, pool, run, training.questions),
+        time_limit_s=recipe.time_limit_s, log=context.log.info, progress=observe_progress(context),
+    )
     elapsed = time.monotonic() - started
     context.log.info(
-        f"GRPO {run_id}: at step {outcome.global_step} after {elapsed:.0f}s "
+        f"GRPO {run.run_id}: at step {outcome.global_step} after {elapsed:.0f}s "
         f"(resumed from {outcome.resumed_from or 'scratch'}); checkpoint {outcome.checkpoint_dir}"
     )
-    run = StageRun(
-        run_id, f"GRPO {pool_config.name} (group size {settings.num_generations})", recipe, settings, training, device,
-        elapsed, run_telemetry(store, run_id, pool_config.vote_seat_names), output_dir / "curves.png",
+    stage_run = StageRun(
+        run, f"GRPO {pool_config.name} (group size {run.settings.num_generations})", recipe, training, elapsed,
+        run.output_dir / "curves.png",
     )
     return dg.MaterializeResult(metadata={
-        **checkpoint_metadata(run, outcome, verdict, manifest, context.log.error),
-        **prompt_metadata(recipe.prompt, output_dir),
+        **checkpoint_metadata(stage_run, outcome, verdict, manifest, context.log.error),
+        **prompt_metadata(recipe.prompt, run.output_dir),
     })
 
 

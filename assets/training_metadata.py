@@ -4,6 +4,7 @@ telemetry and a run's curves."""
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import dagster as dg
@@ -27,9 +28,10 @@ from conductor_pipeline.training.runs import (
     halves_markdown,
     parse_code_totals,
     rollout_summary,
+    run_telemetry,
 )
-from conductor_pipeline.training.settings import GRPOSettings
 from conductor_pipeline.training.sft import final_loss, read_sft_history
+from conductor_pipeline.training.stages import GRPORun, ParseCheck
 from conductor_pipeline.training.synthetic import MAX_FAN_OUT
 from conductor_pipeline.training.telemetry import rollout_row_counts
 from conductor_pipeline.warehouse import Warehouse
@@ -137,18 +139,6 @@ def contested_metadata(
     }
 
 
-@dataclass(frozen=True)
-class ParseCheck:
-    """The base policy's parse check before any training: what its samples parse to."""
-
-    model: Path | str
-    device: str
-    rate: float
-    codes: dict[str, int]
-    prompts: int
-    samples: int
-
-
 def parse_check_metadata(check: ParseCheck, training: TrainingSet) -> dict[str, dg.MetadataValue]:
     """The policy the warm start starts from, its parse check, and the training set's pruning."""
     return {
@@ -202,21 +192,22 @@ def warm_start_metadata(warm: WarmStart) -> dict[str, dg.MetadataValue]:
 
 @dataclass(frozen=True)
 class StageRun:
-    """One GRPO run of a training stage (the probe or the training itself), as its metadata reads it."""
+    """One finished GRPO stage (the probe or the training itself), as its metadata reads it."""
 
-    run_id: str
+    grpo: GRPORun
     title: str  # of its curves
     recipe: Recipe
-    settings: GRPOSettings
     training: TrainingSet
-    device: str
     elapsed_s: float
-    telemetry: RunTelemetry
     curves_path: Path
+
+    @cached_property
+    def telemetry(self) -> RunTelemetry:
+        return run_telemetry(self.training.store, self.grpo.run_id, self.training.pool_config.vote_seat_names)
 
     def curves(self, report_error: Callable[[str], object]) -> dict[str, dg.MetadataValue]:
         return run_metadata(
-            self.telemetry, self.run_id, self.title, self.curves_path, self.recipe.gate.zero_variance_threshold,
+            self.telemetry, self.grpo.run_id, self.title, self.curves_path, self.recipe.gate.zero_variance_threshold,
             report_error,
         )
 
@@ -225,7 +216,7 @@ def probe_metadata(
     run: StageRun, manifest: Mapping, preview: GateVerdict, report_error: Callable[[str], object]
 ) -> dict[str, dg.MetadataValue]:
     """The zero-variance probe (its `manifest`): how many of its groups were flat, against the gate's threshold."""
-    gate, settings = run.recipe.gate, run.settings
+    gate, settings = run.recipe.gate, run.grpo.settings
     steps, pruning = len(manifest["steps"]), manifest.get("world_model_pruning")
     summary = (
         f"{steps} probe steps in {run.elapsed_s:.0f}s: {preview.reward_figure:.3f} of {preview.groups} groups "
@@ -236,7 +227,7 @@ def probe_metadata(
     )
     return {
         "summary": dg.MetadataValue.text(summary),
-        "probe_run_id": dg.MetadataValue.text(run.run_id),
+        "probe_run_id": dg.MetadataValue.text(run.grpo.run_id),
         "zero_variance_fraction": dg.MetadataValue.float(preview.figure),
         "zero_variance_interval": dg.MetadataValue.json({"low": preview.interval[0], "high": preview.interval[1]}
                                                         if preview.interval else {}),
@@ -254,7 +245,7 @@ def probe_metadata(
         "elapsed_s": dg.MetadataValue.float(round(run.elapsed_s, 1)),
         "seconds_per_step": dg.MetadataValue.float(round(run.elapsed_s / max(steps, 1), 2)),
         "settings": dg.MetadataValue.json(settings.describe()),
-        "device": dg.MetadataValue.text(run.device),
+        "device": dg.MetadataValue.text(run.grpo.device),
         "contested_subpools": dg.MetadataValue.bool(run.recipe.data.contested_subpools),
         "world_model_pruning": dg.MetadataValue.json(pruning) if pruning else dg.MetadataValue.text("off"),
         **({"pruned_questions": dg.MetadataValue.int(len(run.training.skipped))} if pruning else {}),
@@ -278,12 +269,12 @@ def checkpoint_metadata(
         "resumed_from": dg.MetadataValue.text(str(outcome.resumed_from) if outcome.resumed_from else "none"),
         "stopped_early": dg.MetadataValue.bool(outcome.stopped_early),
         "group_size": dg.MetadataValue.int(outcome.group_size),
-        "training_run_id": dg.MetadataValue.text(run.run_id),
+        "training_run_id": dg.MetadataValue.text(run.grpo.run_id),
         "tensorboard_logdir": dg.MetadataValue.path(str(run.curves_path.parent / "runs")),
         "elapsed_s": dg.MetadataValue.float(round(run.elapsed_s, 1)),
         "gate": dg.MetadataValue.json(verdict.summary()),
-        "settings": dg.MetadataValue.json(run.settings.describe()),
-        "device": dg.MetadataValue.text(run.device),
+        "settings": dg.MetadataValue.json(run.grpo.settings.describe()),
+        "device": dg.MetadataValue.text(run.grpo.device),
         **pruning_metadata(run.training),
         **probe_audit_metadata(probe_manifest),
         **run.curves(report_error),

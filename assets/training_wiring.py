@@ -23,6 +23,7 @@ from conductor_pipeline.training.dataset import (
 )
 from conductor_pipeline.training.recipe import Recipe
 from conductor_pipeline.training.rollouts import PoolExecutor, frozen_conductor
+from conductor_pipeline.training.stages import PROBE_PHASE, ExecutorFor, GRPORun
 from conductor_pipeline.training.telemetry import RolloutLog, forget_run, rollout_run_id
 from resources.pool import PoolResource
 from resources.trainer import TrainerResource
@@ -92,21 +93,37 @@ def rollout_executor(
     )
 
 
-def grpo_executor(
-    training: TrainingSet, recipe: Recipe, warehouse: WarehouseResource,
-    pool: PoolResource, questions: Sequence[Question], log: RolloutLog, start_policy: Path | str, device: str,
-) -> PoolExecutor:
-    """GRPO's rollouts, recorded under `log`, with W's predictions when the reward bonus is on; a
-    frozen copy of `start_policy` answers conductor steps when the pool seats the conductor."""
+def grpo_run(trainer: TrainerResource, recipe: Recipe, training: TrainingSet, phase: str) -> GRPORun:
+    """The probe's (`PROBE_PHASE`) or the training's (`TRAINING_PHASE`) GRPO run on this pool: its
+    settings, start policy and device, and an id that says what it computes (`TrainerResource.run_key`)."""
+    pool_name = training.pool_config.name
+    settings = recipe.probe() if phase == PROBE_PHASE else recipe.grpo
+    start_policy = trainer.start_policy_path(pool_name)
+    run_id = f"{phase}-{pool_name}-{trainer.run_key(recipe, settings, training, start_policy)}"
+    folder = trainer.probe_dir(pool_name) if phase == PROBE_PHASE else trainer.checkpoint_dir(pool_name)
+    return GRPORun(phase, run_id, folder / run_id, start_policy, settings, training_device(trainer))
+
+
+def grpo_executor_for(
+    training: TrainingSet, recipe: Recipe, warehouse: WarehouseResource, pool: PoolResource, run: GRPORun,
+    questions: Sequence[Question],
+) -> ExecutorFor:
+    """GRPO's rollouts of `run`, recorded under the log they are given, with W's predictions when the
+    reward bonus is on; a frozen copy of the start policy answers conductor steps when the pool seats
+    the conductor. Built when the stage runs (a probe read back builds none)."""
     pool_config = training.pool_config
-    with failing_step():
-        predict = bonus_predictor(
-            recipe.grpo.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
+
+    def executor_for(log: RolloutLog) -> PoolExecutor:
+        with failing_step():
+            predict = bonus_predictor(
+                recipe.grpo.world_model_bonus_weight, world_model_path(warehouse, pool_config.name), pool_config.workers
+            )
+        return rollout_executor(
+            training, recipe, pool, questions, predict_success=predict, log=log,
+            conductor_policy=frozen_conductor(pool_config, run.start_policy, run.device),
         )
-    return rollout_executor(
-        training, recipe, pool, questions, predict_success=predict, log=log,
-        conductor_policy=frozen_conductor(pool_config, start_policy, device),
-    )
+
+    return executor_for
 
 
 def observe_progress(context: dg.AssetExecutionContext) -> Callable[[dict], None]:

@@ -10,5 +10,6 @@ fetches and converts SmolLM2-135M-Instruct, the real pretrained model of the cpu
 `sft` is the warm start; `gates` is the zero-variance gate and the probe manifest it judges;
 `grpo` runs TRL's GRPOTrainer with checkpoints and resume; `runs` is one GRPO run of the
 conductor on its pool with its `training_steps` rows, and what the run left (first half against
-second half). Feeds `warm_start_policy`, `grpo_probe_run` (and its gate) and `conductor_checkpoint`.
+second half); `stages` is the probe (run once for its inputs, read back after) and the training
+run (resumed), each one call on a `GRPORun`. Feeds `warm_start_policy`, `grpo_probe_run` (and its gate) and `conductor_checkpoint`.
 """

@@ -8,6 +8,7 @@ the warehouse as it completes and skips calls already written, so a rerun after 
 (evaluated by `probing_automation_sensor`) refreshes pass rates and ceilings after it.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
@@ -19,7 +20,7 @@ from assets.versions import probe_calls_data_version
 from conductor_pipeline.corpora.summaries import population_text
 from conductor_pipeline.files import write_bytes_atomic, write_parquet_atomic
 from conductor_pipeline.grading.regrade import StaleGradesError
-from conductor_pipeline.pools.config import load_pool
+from conductor_pipeline.pools.config import PoolConfig, load_pool
 from conductor_pipeline.probing.ceilings import pool_ceilings, whole_pool_row, widest_null_pool_row
 from conductor_pipeline.probing.pass_rates import pass_rate_table, worker_summary
 from conductor_pipeline.probing.plots import pass_rate_plot
@@ -31,7 +32,7 @@ from conductor_pipeline.probing.reports import (
     status_rate_markdown,
     worker_pass_rate_histogram_markdown,
 )
-from conductor_pipeline.probing.runner import next_sample_offset, probe_and_close, select_questions
+from conductor_pipeline.probing.runner import ProbeSummary, next_sample_offset, probe_and_close, select_questions
 from resources.pool import PoolResource
 from resources.warehouse import WarehouseResource
 
@@ -73,6 +74,37 @@ def all_probe_partitions_tags(partitions: dg.PartitionsDefinition) -> dict[str, 
     return {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
 
 
+def probed_partitions(partition_keys: Sequence[str], pool_config: PoolConfig, pool_name: str) -> list[str]:
+    """The run's worker partitions, each a worker of the pool that answers alone (else the
+    definitions were built for another pool than the resource reads)."""
+    unknown = sorted(set(partition_keys) - set(pool_config.solo_worker_names))
+    if unknown:
+        raise dg.Failure(
+            f"partitions {unknown} are not probed workers of pool {pool_config.name!r} "
+            f"({pool_config.solo_worker_names}); the definitions were built for pool {pool_name!r}: "
+            "set CORYPHAEUS_POOL consistently"
+        )
+    return list(partition_keys)
+
+
+def probe_calls_metadata(
+    pool: str, workers: Sequence[str], sample_offset: int, samples: int, summary: ProbeSummary
+) -> dict[str, dg.MetadataValue]:
+    """What a probe wrote, planned and found already written, per worker and status, and how fast."""
+    return {
+        "pool": dg.MetadataValue.text(pool),
+        "workers": dg.MetadataValue.json(list(workers)),
+        "calls_written": dg.MetadataValue.int(summary.written),
+        "calls_planned": dg.MetadataValue.int(summary.planned),
+        "already_written": dg.MetadataValue.int(summary.already_done),
+        "skipped_unrecorded": dg.MetadataValue.int(summary.skipped_unrecorded),
+        "samples": dg.MetadataValue.text(f"{sample_offset}..{sample_offset + samples - 1}"),
+        "status_counts": dg.MetadataValue.md(status_count_markdown(summary.per_worker_status)),
+        "calls_per_second": dg.MetadataValue.float(round(summary.rate_per_s, 1)),
+        "elapsed_s": dg.MetadataValue.float(round(summary.elapsed_s, 2)),
+    }
+
+
 def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     """The `probe_calls` asset for the definitions of pool `pool_name`, partitioned by `partitions`."""
 
@@ -89,14 +121,7 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
     ) -> dg.MaterializeResult:
         """Every (question, worker, sample) probe call of the slice, graded and written as it completes."""
         pool_config = pool.load()
-        selected = list(context.partition_keys)
-        unknown = sorted(set(selected) - set(pool_config.solo_worker_names))
-        if unknown:
-            raise dg.Failure(
-                f"partitions {unknown} are not probed workers of pool {pool_config.name!r} "
-                f"({pool_config.solo_worker_names}); the definitions were built for pool {pool_name!r}: "
-                "set CORYPHAEUS_POOL consistently"
-            )
+        selected = probed_partitions(context.partition_keys, pool_config, pool_name)
         not_probed = [seat.name for seat in pool_config.workers if not seat.answers_alone]
         if not_probed:
             context.log.info(f"not probed (they answer only within a workflow, never alone): {not_probed}")
@@ -132,18 +157,7 @@ def build_probe_calls(pool_name: str, partitions: dg.PartitionsDefinition) -> dg
             f"({summary.rate_per_s:.0f}/s); {summary.already_done} were already written"
         )
         return dg.MaterializeResult(
-            metadata={
-                "pool": dg.MetadataValue.text(pool_config.name),
-                "workers": dg.MetadataValue.json(selected),
-                "calls_written": dg.MetadataValue.int(summary.written),
-                "calls_planned": dg.MetadataValue.int(summary.planned),
-                "already_written": dg.MetadataValue.int(summary.already_done),
-                "skipped_unrecorded": dg.MetadataValue.int(summary.skipped_unrecorded),
-                "samples": dg.MetadataValue.text(f"{sample_offset}..{sample_offset + config.samples - 1}"),
-                "status_counts": dg.MetadataValue.md(status_count_markdown(summary.per_worker_status)),
-                "calls_per_second": dg.MetadataValue.float(round(summary.rate_per_s, 1)),
-                "elapsed_s": dg.MetadataValue.float(round(summary.elapsed_s, 2)),
-            },
+            metadata=probe_calls_metadata(pool_config.name, selected, sample_offset, config.samples, summary),
             data_version=probe_calls_data_version(store, pool_config.name),
         )
 

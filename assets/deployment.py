@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +194,25 @@ def git_commit() -> str:
 # The run tags of a seed run of a recipe (`python -m assets.main --seed N`, `make seeds`): which
 # trainer seed and which recipe (the trainer profile and the settings file's name) made it.
 SEED_TAG, RECIPE_TAG = "seed", "recipe"
+# The recipe a run's training is: its recipe, or the profile alone when its settings file sets only how
+# the eval runs (`RunSettings.trained_recipe`), so such an eval reads the checkpoint the profile trained.
+TRAINED_RECIPE_TAG = "trained_recipe"
 # An eval run of the trained conductor alone (`assets.evaluate_checkpoint --quick`): printed, but
 # not a seed's record, which pairs the conductor with its warm start and shuffled twin.
 QUICK_EVAL_TAG = "quick_eval"
+
+
+def trained_recipe(tags: Mapping[str, str]) -> str | None:
+    """The recipe whose training a run with `tags` ran or reads (runs before the tag: their recipe)."""
+    return tags.get(TRAINED_RECIPE_TAG, tags.get(RECIPE_TAG))
+
+
+def trained_otherwise(tags: Mapping[str, str]) -> Callable[[Mapping[str, str]], bool]:
+    """Whether a run (by its tags) trained another recipe than the one a run with `tags` trains or
+    reads: what a reader of that run's gate, warm start or checkpoint passes over. A run without a
+    recipe tag passes over none."""
+    wanted = trained_recipe(tags)
+    return lambda run_tags: wanted is not None and trained_recipe(run_tags) != wanted
 
 
 def run_tags(pool: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.deployment import RECIPE_TAG, SEED_TAG
+from assets.deployment import RECIPE_TAG, SEED_TAG, trained_otherwise, trained_recipe
 from assets.metadata import latest_metadata, latest_metadata_of, latest_metadata_value
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import PromptSpec
@@ -56,11 +56,13 @@ def run_materialization(context: dg.AssetExecutionContext, asset: str) -> Mappin
     far as this run is tagged with them), or None. Evaluating seed 0 after seeds 1 and 2 trained
     must read seed 0's checkpoint, not the newest one; and after a seed whose gate closed, the newest
     checkpoint is another seed's, which evaluated under this seed would count one conductor twice."""
-    wanted = {key: context.run.tags[key] for key in (SEED_TAG, RECIPE_TAG) if key in context.run.tags}
-    metadata = latest_metadata_of(context.instance, asset, wanted)
+    tags = context.run.tags
+    seed = {SEED_TAG: tags[SEED_TAG]} if SEED_TAG in tags else {}
+    metadata = latest_metadata_of(context.instance, asset, seed, skip=trained_otherwise(tags))
     if metadata is not None:
         return metadata
-    if wanted and latest_metadata(context.instance, asset) is not None:
+    if (seed or RECIPE_TAG in tags) and latest_metadata(context.instance, asset) is not None:
+        wanted = {**seed, RECIPE_TAG: trained_recipe(tags)}
         context.log.warning(f"no {asset} was materialized by a run of {wanted}; not evaluated")
     return None
 

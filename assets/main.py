@@ -46,7 +46,7 @@ from assets.dagster_internals import (
 )
 from assets.dead_runs import SlotWaitMonitor, process_tags, reap_dead_runs, sigterm_as_ctrl_c
 from assets.definitions import MAIN_JOBS, definitions_for
-from assets.deployment import RECIPE_TAG, SEED_TAG, run_tags
+from assets.deployment import RECIPE_TAG, SEED_TAG, TRAINED_RECIPE_TAG, run_tags
 from assets.instance import open_instance
 from assets.metadata import newest_tagged
 from assets.probing import PROBE_CALLS, all_probe_partitions_tags
@@ -350,7 +350,10 @@ def _run_locked(defs: dg.Definitions, instance: dg.DagsterInstance, args: argpar
         force = True
     # pool, commit, profile, recipe and seed: two runs of `make run` stay apart in the UI
     trainer = defs.resources["trainer"]
-    tags = {**run_tags(args.pool), RECIPE_TAG: settings.recipe(trainer.profile), SEED_TAG: str(trainer.seed)}
+    tags = {
+        **run_tags(args.pool), RECIPE_TAG: settings.recipe(trainer.profile), SEED_TAG: str(trainer.seed),
+        TRAINED_RECIPE_TAG: settings.trained_recipe(trainer.profile),
+    }
     report = run_main_jobs(defs, instance, jobs=args.only, force=force, tags=tags,
                            run_config=settings_run_config(settings))
     if report.interrupted:

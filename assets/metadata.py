@@ -59,14 +59,15 @@ def newest_tagged(
 
 
 def latest_metadata_of(
-    instance: dg.DagsterInstance, asset: str, tags: Mapping[str, str]
+    instance: dg.DagsterInstance, asset: str, tags: Mapping[str, str],
+    skip: Callable[[Mapping[str, str]], bool] | None = None,
 ) -> Mapping[str, dg.MetadataValue] | None:
     """The metadata of `asset`'s latest materialization by a run that carries `tags` (the eval's
-    pool, recipe and seed: the gate, warm start and training behind that eval, not another seed's);
-    with no tags to match, its latest."""
-    if not tags:
+    pool and seed: the gate, warm start and training behind that eval, not another seed's) and that
+    `skip` does not pass over (another recipe's); with neither, its latest."""
+    if not tags and skip is None:
         return latest_metadata(instance, asset)
-    found = newest_tagged(instance, asset, tags)
+    found = newest_tagged(instance, asset, tags, skip)
     return None if found is None else found[1].asset_materialization.metadata
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG
+from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, trained_otherwise
 from assets.instance import open_instance
 from assets.metadata import latest_metadata_of, materializations, newest_tagged
 from conductor_pipeline.evaluation.markdown import fmt_p
@@ -101,9 +101,11 @@ def record_from_event(instance: dg.DagsterInstance, event: dg.EventLogEntry) -> 
     agreement = pl.read_parquet(folder / f"{run_id}_order_agreement.parquet")
     tags = run.tags if run else {}
     # A seed run's gate, warm start and training are its own seed's (older runs carry no seed tag).
-    behind = {key: tags[key] for key in ("pool", RECIPE_TAG, SEED_TAG) if key in tags} if SEED_TAG in tags else {}
+    behind = {key: tags[key] for key in ("pool", SEED_TAG) if key in tags} if SEED_TAG in tags else {}
+    skip = trained_otherwise(tags) if behind else None
     probe, warm, checkpoint = (
-        latest_metadata_of(instance, asset, behind) for asset in ("grpo_probe_run", "warm_start_policy", "conductor_checkpoint")
+        latest_metadata_of(instance, asset, behind, skip)
+        for asset in ("grpo_probe_run", "warm_start_policy", "conductor_checkpoint")
     )
     accuracy = {r["arm"]: {"accuracy": r["accuracy"], "parsed": r["parse_ok_share"]} for r in arms.iter_rows(named=True)}
     return {

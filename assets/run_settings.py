@@ -26,6 +26,11 @@ from conductor_pipeline.files import parse_yaml
 
 # The resources a settings file may configure (the pool comes from --pool; vLLM is launch-time config).
 CONFIGURABLE_RESOURCES = ("warehouse", "conductor", "trainer")
+# What a settings file may set that changes how the eval runs and never what is trained.
+EVALUATION_OPS = ("eval_arms", "eval_tables")
+EVALUATION_RESOURCES = ("conductor",)
+# Trainer fields that tell seed runs of one recipe apart rather than make another recipe.
+SEED_FIELDS = ("seed",)
 
 
 class RunSettingsError(ValueError):
@@ -51,6 +56,15 @@ class RunSettings:
         """What a run trains, by name: the trainer profile, and the settings file's name when there is
         one (`cpu`, `cpu-paper+replay-mixed6-vote-fan-outs`). Seed runs of one recipe share it."""
         return profile if self.source == "defaults" else f"{profile}+{Path(self.source).stem}"
+
+    def trained_recipe(self, profile: str) -> str:
+        """The recipe of what the run trains: `recipe`, or the profile alone when the file sets only
+        the evaluation's settings (a larger eval slice evaluates the profile's own checkpoint)."""
+        trains = any(op not in EVALUATION_OPS for op in self.ops) or any(
+            key not in EVALUATION_RESOURCES and set(fields) - set(SEED_FIELDS)
+            for key, fields in self.resources.items()
+        )
+        return self.recipe(profile) if trains else profile
 
     def run_config(self, ops: list[str]) -> dict[str, Any]:
         """The `ops` part of the run config of a run that materializes `ops`."""

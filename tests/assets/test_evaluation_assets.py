@@ -373,31 +373,56 @@ def test_a_trained_policy_is_prompted_as_trained_and_new_weights_start_a_new_eva
         assert rerun["n"][0] == 4
 
 
-def test_a_seed_run_evaluates_only_the_checkpoint_its_own_seed_trained(warehouse_path: Path, tmp_path: Path) -> None:
-    """After a seed whose gate closed, the latest checkpoint is another seed's: evaluating it under
-    this seed's tag would count one conductor as two seeds of the recipe."""
+def _trained_checkpoint(tmp_path: Path) -> dg.AssetsDefinition:
+    """A stand-in `conductor_checkpoint` whose materialization names a real (tiny) model on disk."""
     checkpoint = build_tiny_causal_lm(tmp_path / "checkpoint")
 
     @dg.asset(name="conductor_checkpoint")
     def trained() -> dg.MaterializeResult:
         return dg.MaterializeResult(metadata={"checkpoint_path": dg.MetadataValue.path(str(checkpoint))})
 
-    def evaluated_arms(instance: dg.DagsterInstance, seed: str) -> list[str]:
-        result = dg.materialize(
-            [EVALUATION_ASSETS[0]], instance=instance, tags={"seed": seed},
-            resources={
-                "warehouse": WarehouseResource(database=str(warehouse_path)), "pool": PoolResource(pool=POOL),
-                "conductor": ConductorPolicyResource(max_new_tokens=12, n_examples=0),
-            },
-            run_config={"ops": {"eval_arms": {"config": {
-                "slice_size": 2, "world_model_router": False, "w_cascade": False, "vote_arms": False,
-                "shuffled_catalogue": False,
-            }}}},
-        )
-        assert result.success
-        return metadata(result, "eval_arms")["arms"]
+    return trained
 
+
+def _evaluated_arms(instance: dg.DagsterInstance, warehouse_path: Path, tags: dict[str, str]) -> list[str]:
+    """The arms of a two-question eval run tagged `tags` (no W, votes or shuffled twins)."""
+    result = dg.materialize(
+        [EVALUATION_ASSETS[0]], instance=instance, tags=tags,
+        resources={
+            "warehouse": WarehouseResource(database=str(warehouse_path)), "pool": PoolResource(pool=POOL),
+            "conductor": ConductorPolicyResource(max_new_tokens=12, n_examples=0),
+        },
+        run_config={"ops": {"eval_arms": {"config": {
+            "slice_size": 2, "world_model_router": False, "w_cascade": False, "vote_arms": False,
+            "shuffled_catalogue": False,
+        }}}},
+    )
+    assert result.success
+    return metadata(result, "eval_arms")["arms"]
+
+
+def test_a_seed_run_evaluates_only_the_checkpoint_its_own_seed_trained(warehouse_path: Path, tmp_path: Path) -> None:
+    """After a seed whose gate closed, the latest checkpoint is another seed's: evaluating it under
+    this seed's tag would count one conductor as two seeds of the recipe."""
     with dg.DagsterInstance.ephemeral() as instance:
-        assert dg.materialize([trained], instance=instance, tags={"seed": "0"}).success
-        assert "conductor:hf:checkpoint" not in evaluated_arms(instance, "1")
-        assert "conductor:hf:checkpoint" in evaluated_arms(instance, "0")
+        assert dg.materialize([_trained_checkpoint(tmp_path)], instance=instance, tags={"seed": "0"}).success
+        assert "conductor:hf:checkpoint" not in _evaluated_arms(instance, warehouse_path, {"seed": "1"})
+        assert "conductor:hf:checkpoint" in _evaluated_arms(instance, warehouse_path, {"seed": "0"})
+
+
+def test_an_eval_only_settings_file_evaluates_the_checkpoint_its_profile_trained(
+    warehouse_path: Path, tmp_path: Path
+) -> None:
+    """A settings file that sets only the eval (a larger slice) names its own recipe, but trains the
+    profile's: its eval reads the profile's checkpoint. A file that trains otherwise does not, and a
+    run from before the `trained_recipe` tag is read by its recipe."""
+    trained = _trained_checkpoint(tmp_path)
+    with dg.DagsterInstance.ephemeral() as instance:
+        profile = {"seed": "0", "recipe": "cpu", "trained_recipe": "cpu"}
+        assert dg.materialize([trained], instance=instance, tags=profile).success
+        eval_only = {"seed": "0", "recipe": "cpu+larger-slice", "trained_recipe": "cpu"}
+        assert "conductor:hf:checkpoint" in _evaluated_arms(instance, warehouse_path, eval_only)
+        other = {"seed": "0", "recipe": "cpu+fan-outs", "trained_recipe": "cpu+fan-outs"}
+        assert "conductor:hf:checkpoint" not in _evaluated_arms(instance, warehouse_path, other)
+        assert dg.materialize([trained], instance=instance, tags={"seed": "0", "recipe": "cpu+fan-outs"}).success
+        assert "conductor:hf:checkpoint" in _evaluated_arms(instance, warehouse_path, other)

@@ -257,6 +257,14 @@ def test_a_seed_is_a_trainer_setting_and_a_recipe_is_the_profile_and_the_setting
     assert reseeded.resource("trainer") == {"max_steps": 7, "seed": 3} and settings.resource("trainer") == {"max_steps": 7}
     assert reseeded.recipe("cpu-paper") == "cpu-paper+fan-outs"
     assert RunSettings().recipe("cpu") == "cpu"
+    # A file that sets only the eval names its recipe, but trains the profile's (a seed is not a recipe).
+    assert reseeded.trained_recipe("cpu-paper") == "cpu-paper+fan-outs"
+    eval_only = tmp_path / "larger-slice.yaml"
+    eval_only.write_text(yaml.safe_dump({"ops": {"eval_arms": {"slice_size": 768}},
+                                         "resources": {"conductor": {"n_examples": 0}}}))
+    larger = load_run_settings(eval_only).with_resource("trainer", seed=2)
+    assert larger.recipe("cpu") == "cpu+larger-slice" and larger.trained_recipe("cpu") == "cpu"
+    assert RunSettings().trained_recipe("cpu") == "cpu"
     defs = build_definitions(POOL, reseeded)
     assert defs.resources["trainer"].seed == 3
 

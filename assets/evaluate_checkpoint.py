@@ -33,7 +33,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.definitions import definitions_for
-from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, run_tags
+from assets.deployment import QUICK_EVAL_TAG, RECIPE_TAG, SEED_TAG, TRAINED_RECIPE_TAG, run_tags
 from assets.instance import open_instance
 from assets.main import CONSOLE_INFO, MainRunReport, print_headlines, run_main_jobs
 from assets.metadata import newest_tagged
@@ -67,11 +67,12 @@ class NoTrainedConductor(LookupError):
 
 
 def trained_run_tags(instance: dg.DagsterInstance, seed: int | None = None) -> dict[str, str]:
-    """The recipe and seed tags of the run behind the latest trained conductor (of `seed`, when
-    given): the eval of that conductor on another pool carries them too."""
+    """The recipe, trained recipe and seed tags of the run behind the latest trained conductor (of
+    `seed`, when given): the eval of that conductor on another pool carries them too, so it reads
+    the same training."""
     found = newest_tagged(instance, CHECKPOINT_ASSET, {} if seed is None else {SEED_TAG: str(seed)})
     if found is not None:
-        return {key: found[0][key] for key in (RECIPE_TAG, SEED_TAG) if key in found[0]}
+        return {key: found[0][key] for key in (RECIPE_TAG, TRAINED_RECIPE_TAG, SEED_TAG) if key in found[0]}
     which = "" if seed is None else f" of seed {seed}"
     raise NoTrainedConductor(f"no trained conductor{which} in $DAGSTER_HOME (none was trained, or the zero-variance "
                              "gate closed)")

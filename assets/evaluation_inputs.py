@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.deployment import RECIPE_TAG, SEED_TAG, trained_otherwise, trained_recipe
+from assets.deployment import RECIPE_TAG, SEED_TAG, TRAINED_RECIPE_TAG, trained_otherwise, trained_recipe
 from assets.metadata import latest_metadata, latest_metadata_of, latest_metadata_value
 from assets.world_model import WorldModelFitConfig, train_split_world_model_path
 from conductor_pipeline.conductor.prompt import PromptSpec
@@ -52,17 +52,18 @@ class TrainedPolicy:
 
 
 def run_materialization(context: dg.AssetExecutionContext, asset: str) -> Mapping[str, dg.MetadataValue] | None:
-    """The metadata of `asset`'s newest materialization by a run of this run's seed and recipe (as
-    far as this run is tagged with them), or None. Evaluating seed 0 after seeds 1 and 2 trained
-    must read seed 0's checkpoint, not the newest one; and after a seed whose gate closed, the newest
-    checkpoint is another seed's, which evaluated under this seed would count one conductor twice."""
+    """The metadata of `asset`'s newest materialization by a run of this run's seed and trained recipe
+    (as far as this run is tagged with them; `trained_recipe`), or None. Evaluating seed 0 after
+    seeds 1 and 2 trained must read seed 0's checkpoint, not the newest one; and after a seed whose
+    gate closed, the newest checkpoint is another seed's, which evaluated under this seed would count
+    one conductor twice."""
     tags = context.run.tags
     seed = {SEED_TAG: tags[SEED_TAG]} if SEED_TAG in tags else {}
     metadata = latest_metadata_of(context.instance, asset, seed, skip=trained_otherwise(tags))
     if metadata is not None:
         return metadata
     if (seed or RECIPE_TAG in tags) and latest_metadata(context.instance, asset) is not None:
-        wanted = {**seed, RECIPE_TAG: trained_recipe(tags)}
+        wanted = {**seed, TRAINED_RECIPE_TAG: trained_recipe(tags)}
         context.log.warning(f"no {asset} was materialized by a run of {wanted}; not evaluated")
     return None
 
@@ -71,9 +72,9 @@ def trained_policy(
     context: dg.AssetExecutionContext, asset: str, path_field: str,
     metadata: Mapping[str, dg.MetadataValue] | None = None,
 ) -> TrainedPolicy | None:
-    """The model (its `path_field`) of `asset`'s newest materialization of this run's seed and recipe
-    (`run_materialization`, unless its `metadata` was read already), while it is on disk, prompted as
-    it was trained."""
+    """The model (its `path_field`) of `asset`'s newest materialization of this run's seed and
+    trained recipe (`run_materialization`, unless its `metadata` was read already), while it is on
+    disk, prompted as it was trained."""
     metadata = (run_materialization(context, asset) if metadata is None else metadata) or {}
     if path_field not in metadata:
         return None
@@ -88,8 +89,8 @@ def trained_policy(
 
 
 def latest_warm_start(context: dg.AssetExecutionContext) -> TrainedPolicy | None:
-    """The warm-started model of this run's seed and recipe, when the warm start trained one (not the
-    base policy it passes on when disabled) and it is still on disk."""
+    """The warm-started model of this run's seed and trained recipe, when the warm start trained one
+    (not the base policy it passes on when disabled) and it is still on disk."""
     metadata = run_materialization(context, WARM_START_ASSET) or {}
     warmed = metadata.get("warm_start")
     if warmed is None or warmed.value is not True:

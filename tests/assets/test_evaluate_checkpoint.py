@@ -107,8 +107,17 @@ def test_a_pool_file_that_cannot_be_evaluated_is_refused_naming_the_file_and_wor
 
 
 def test_the_trained_conductor_is_found_by_its_seed_and_named_when_missing(tmp_path: Path):
+    @dg.asset(name="conductor_checkpoint")
+    def trained() -> None:
+        return None
+
     with dg.DagsterInstance.ephemeral() as instance:
         with pytest.raises(NoTrainedConductor, match="no trained conductor of seed 3 in .*gate closed"):
             trained_run_tags(instance, 3)
+        # A run with an eval-only settings file trained the profile's recipe: its eval on another
+        # pool reads that training too, so it carries the trained recipe with the recipe and seed.
+        tags = {"recipe": "cpu+larger-slice", "trained_recipe": "cpu", "seed": "3", "pool": "replay-mixed6"}
+        assert dg.materialize([trained], instance=instance, tags=tags).success
+        assert trained_run_tags(instance, 3) == {"recipe": "cpu+larger-slice", "trained_recipe": "cpu", "seed": "3"}
     with pytest.raises(SystemExit):  # a folder and --trained together are refused
         main(["ckpt", "--trained"])

@@ -107,7 +107,7 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
     runs = [  # (recipe, seed, gain, quick): the second seed-0 run is the latest full one; another recipe's
         # runs and a quick eval (the conductor alone, no warm start or twin) stay out of the record
         ("cpu", "0", 5, False), ("cpu", "1", 30, False), ("cpu", "2", 24, False), ("cpu", "0", 20, False),
-        ("cpu+other", "1", 0, False), ("cpu", "0", 40, True), ("cpu", "1", 40, True),
+        ("cpu+other", "0", 7, False), ("cpu+other", "1", 0, False), ("cpu", "0", 40, True), ("cpu", "1", 40, True),
     ]
     with dg.instance_for_test() as instance:
         for i, (recipe, seed, gain, quick) in enumerate(runs):
@@ -117,8 +117,16 @@ def test_the_seed_summary_pools_the_latest_eval_of_each_seed_of_the_recipe(tmp_p
             assert dg.materialize(assets, instance=instance, tags=tags).success
         summary = seeds_summary(instance, "replay-mixed6", "cpu")
         seed_0 = record_from_instance(instance, "replay-mixed6", {"recipe": "cpu", "seed": "0"})
-        # The warm start behind seed 0's eval is seed 0's, not the latest run's (another recipe's seed 1).
+        # The warm start behind seed 0's eval is its own recipe's seed 0's, not a later run's of another
+        # recipe (seed 0 or 1).
         assert seed_0["eval_run_id"] == "eval-3" and seed_0["warm_start"]["parse_rate_after"] == 0.20
+        # An eval-only settings file's eval (its own recipe name) trained nothing: behind it is the
+        # profile's seed 0 training, not the newer seed 0 training of another recipe.
+        eval_only = {"pool": "replay-mixed6", "recipe": "cpu+larger-slice", "trained_recipe": "cpu", "seed": "0",
+                     "gain": "9", "run_key": "eval-only", "cpu": "Some CPU (avx2)", "git_commit": "abc"}
+        assert dg.materialize([eval_tables], instance=instance, tags=eval_only).success
+        larger = record_from_instance(instance, "replay-mixed6", {"recipe": "cpu+larger-slice", "seed": "0"})
+        assert larger["eval_run_id"] == "eval-only" and larger["warm_start"]["parse_rate_after"] == 0.20
     assert [(run["seed"], run["eval_run_id"], run["cpu"]) for run in summary["seeds"]] == [
         (0, "eval-3", "Some CPU (avx2)"), (1, "eval-1", "Some CPU (avx2)"), (2, "eval-2", "Some CPU (avx2)")]
     assert summary["spread"][TRAINED]["min"] < summary["spread"][TRAINED]["max"]

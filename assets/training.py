@@ -26,7 +26,6 @@ from assets.metadata import stage
 from assets.probing import pass_rates
 from assets.training_metadata import (
     StageRun,
-    WarmStart,
     checkpoint_metadata,
     contested_metadata,
     parse_check_metadata,
@@ -168,13 +167,8 @@ def warm_start_policy(
     balance = choice_balance(
         training.store.query_file("rollouts_of_phase", {"run_id": check_run_id, "phase": PARSE_CHECK_AFTER})
     )
-    trained = WarmStart(
-        warm.model, recipe, warm.pairs, warm.after.rate, warm.after.codes, balance, warm.sft_elapsed_s,
-        time.monotonic() - started,
-    )
-    return dg.MaterializeResult(metadata={
-        **metadata, **warm_start_metadata(trained), **prompt_metadata(recipe.prompt, warm.model),
-    })
+    trained = warm_start_metadata(warm, warm.after, recipe, balance, time.monotonic() - started)
+    return dg.MaterializeResult(metadata={**metadata, **trained, **prompt_metadata(recipe.prompt, warm.model)})
 
 
 # ---------------------------------------------------------------------------- probe and gate

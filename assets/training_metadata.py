@@ -31,7 +31,7 @@ from conductor_pipeline.training.runs import (
     run_telemetry,
 )
 from conductor_pipeline.training.sft import final_loss, read_sft_history
-from conductor_pipeline.training.stages import GRPORun, ParseCheck
+from conductor_pipeline.training.stages import GRPORun, ParseCheck, WarmStartRun
 from conductor_pipeline.training.synthetic import MAX_FAN_OUT
 from conductor_pipeline.training.telemetry import rollout_row_counts
 from conductor_pipeline.warehouse import Warehouse
@@ -151,38 +151,27 @@ def parse_check_metadata(check: ParseCheck, training: TrainingSet) -> dict[str, 
     }
 
 
-@dataclass(frozen=True)
-class WarmStart:
-    """What the warm start made: the SFT model, from how many pairs, and its parse check after SFT."""
-
-    model: Path
-    recipe: Recipe
-    pairs: int
-    parse_rate_after: float
-    parse_codes_after: dict[str, int]
-    choice_balance: dict
-    sft_elapsed_s: float
-    elapsed_s: float
-
-
-def warm_start_metadata(warm: WarmStart) -> dict[str, dg.MetadataValue]:
-    """The warm start: its model, its synthetic pairs and SFT loss, and what its samples parse to and pick."""
-    settings, history = warm.recipe.warm_start, read_sft_history(warm.model)
+def warm_start_metadata(
+    warm: WarmStartRun, after: ParseCheck, recipe: Recipe, choice_balance: dict, elapsed_s: float
+) -> dict[str, dg.MetadataValue]:
+    """The warm start (`after`: its SFT model's parse check): its model, its synthetic pairs and SFT
+    loss, and what its samples parse to and pick (`choice_balance`)."""
+    settings, history = recipe.warm_start, read_sft_history(warm.model)
     metadata = {
         "model_path": dg.MetadataValue.path(str(warm.model)),
         "warm_start": dg.MetadataValue.bool(True),
-        "parse_rate_after": dg.MetadataValue.float(warm.parse_rate_after),
-        "parse_codes_after": dg.MetadataValue.json(warm.parse_codes_after),
+        "parse_rate_after": dg.MetadataValue.float(after.rate),
+        "parse_codes_after": dg.MetadataValue.json(after.codes),
         "synthetic_pairs": dg.MetadataValue.int(warm.pairs),
         "synthetic_style": dg.MetadataValue.text(settings.style),
         "fan_out_warm_start": dg.MetadataValue.bool(settings.fan_out),
         "max_fan_out": dg.MetadataValue.int(settings.max_fan_out or MAX_FAN_OUT[settings.style]),
-        "sft_steps": dg.MetadataValue.int(warm.recipe.sft.max_steps),
+        "sft_steps": dg.MetadataValue.int(recipe.sft.max_steps),
         "final_loss": dg.MetadataValue.float(final_loss(history)),
         "sft_elapsed_s": dg.MetadataValue.float(round(warm.sft_elapsed_s, 1)),
-        "elapsed_s": dg.MetadataValue.float(round(warm.elapsed_s, 1)),
-        "choice_balance": dg.MetadataValue.json(warm.choice_balance),
-        "choice_balance_summary": dg.MetadataValue.md(balance_markdown(warm.choice_balance)),
+        "elapsed_s": dg.MetadataValue.float(round(elapsed_s, 1)),
+        "choice_balance": dg.MetadataValue.json(choice_balance),
+        "choice_balance_summary": dg.MetadataValue.md(balance_markdown(choice_balance)),
     }
     png = sft_loss_png(history)
     if png is not None:
